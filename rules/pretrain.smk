@@ -1,0 +1,22 @@
+# The pre-training sweep: one run per (model preset, token budget), cosine to zero at the budget.
+
+
+rule pretrain:
+    input:
+        tokens=study_path("data/train_tokens.npy"),
+        tokenizer=study_path("tokenizer/tokenizer.json"),
+    output:
+        directory(study_path("pretrain/{model}/{budget}")),
+    params:
+        hp=pretrain_hparams(),
+        state=lambda wc: study_path(f"pretrain/.resume/{wc.model}-{wc.budget}.pt"),
+        device=DEVICE,
+    log:
+        study_path("logs/pretrain/{model}-{budget}.log"),
+    benchmark:
+        study_path("benchmarks/pretrain/{model}-{budget}.tsv")
+    threads: config["pretrain"].get("threads", 1)
+    resources:
+        **preset_resources("pretrain"),
+    script:
+        "scripts/pretrain.py"

@@ -1,0 +1,21 @@
+"""Rule perturb: base + gamma x seed Gaussian perturbations of one checkpoint, evaluated in memory."""
+from pipeline.checkpoints import CheckpointSpec
+from pipeline.perturb_sweep import perturbation_grid
+from pipeline.runtime import pick_device, set_threads, setup_logging
+from pipeline.tables import write_metrics
+
+setup_logging(snakemake.log[0])
+set_threads(snakemake.threads)
+spec = CheckpointSpec(**snakemake.params.spec)
+rows = perturbation_grid(
+    spec,
+    path=snakemake.input.checkpoint[0] if snakemake.input.checkpoint else None,
+    corpus_path=snakemake.input.corpus,
+    eval_cfg=snakemake.params.eval,
+    gammas=snakemake.params.gammas,
+    seeds=snakemake.params.seeds,
+    study=snakemake.config["study"],
+    cache_dir=snakemake.params.cache,
+    device=pick_device(snakemake.params.device),
+)
+write_metrics(snakemake.output[0], rows)

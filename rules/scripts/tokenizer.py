@@ -1,0 +1,15 @@
+"""Rule tokenizer: byte-level BPE trained on the training split (or a given tokenizer.json)."""
+import logging
+
+import pandas as pd
+
+from pipeline.io import atomic_path
+from pipeline.runtime import setup_logging
+from pipeline.tokenizer import study_tokenizer
+
+setup_logging(snakemake.log[0])
+corpus = pd.read_parquet(snakemake.input.corpus)
+tok = study_tokenizer(corpus.loc[corpus["split"] == "train", "text"].tolist(), snakemake.params.tokenizer)
+with atomic_path(snakemake.output[0]) as tmp:
+    tok.save(str(tmp))
+logging.info("tokenizer with %d tokens written to %s", tok.get_vocab_size(), snakemake.output[0])
