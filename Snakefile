@@ -16,9 +16,7 @@ include: "rules/data.smk"
 include: "rules/pretrain.smk"
 include: "rules/perturb.smk"
 include: "rules/analysis.smk"
-if Path(workflow.basedir, "rules/theory.smk").exists():
-
-    include: "rules/theory.smk"
+include: "rules/theory.smk"
 
 
 rule all:

@@ -7,12 +7,14 @@ rule metrics:
     output:
         study_path("metrics.parquet"),
     params:
-        config=config,
+        config=provenance_config(),
         repo=workflow.basedir,
     log:
         study_path("logs/metrics.log"),
     benchmark:
         study_path("benchmarks/metrics.tsv")
+    conda:
+        "../envs/overtrain.yaml"
     threads: 1
     resources:
         mem_mb=2000,
@@ -36,6 +38,8 @@ rule analysis:
         study_path("logs/analysis.log"),
     benchmark:
         study_path("benchmarks/analysis.tsv")
+    conda:
+        "../envs/overtrain.yaml"
     threads: 1
     resources:
         mem_mb=2000,
@@ -56,6 +60,8 @@ rule figures:
         study_path("logs/figures.log"),
     benchmark:
         study_path("benchmarks/figures.tsv")
+    conda:
+        "../envs/overtrain.yaml"
     threads: 1
     resources:
         mem_mb=2000,
@@ -73,6 +79,8 @@ rule loss_curves:
         study_path("logs/loss_curves.log"),
     benchmark:
         study_path("benchmarks/loss_curves.tsv")
+    conda:
+        "../envs/overtrain.yaml"
     threads: 1
     resources:
         mem_mb=2000,

@@ -7,6 +7,7 @@ from pipeline.checkpoints import study_checkpoints
 from pipeline.corpus import EMBEDDED_PACKAGES
 from pipeline.models import job_resources
 from pipeline.pretrain import steps_for_budget
+from pipeline.theory import FIGURE_STEMS
 
 
 wildcard_constraints:
@@ -63,6 +64,13 @@ def pretrain_hparams():
     return {k: config["pretrain"][k] for k in keys}
 
 
+def provenance_config():
+    """The config without keys that cannot change a number (cadence, threads, analysis)."""
+    skip = {"log_every", "checkpoint_every", "threads"}
+    cfg = {k: v for k, v in config.items() if k != "analysis"}
+    return {k: ({kk: vv for kk, vv in v.items() if kk not in skip} if isinstance(v, dict) else v) for k, v in cfg.items()}
+
+
 def preset_resources(stage):
     """resources: callables sized from the job's model preset."""
     def get(wildcards, key):
@@ -97,6 +105,11 @@ def theory_enabled():
 
 def metric_parts():
     return perturb_parts() + ([study_path("theory/metrics.parquet")] if theory_enabled() else [])
+
+
+def theory_outputs():
+    """Everything the theory stage writes (rule all asks for it when theory.enabled)."""
+    return [study_path("theory/metrics.parquet")] + [study_path(f"figures/{s}.{ext}") for s in FIGURE_STEMS for ext in FORMATS]
 
 
 def all_outputs():

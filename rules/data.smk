@@ -12,6 +12,8 @@ rule corpus:
         study_path("logs/corpus.log"),
     benchmark:
         study_path("benchmarks/corpus.tsv")
+    conda:
+        "../envs/overtrain.yaml"
     threads: 1
     resources:
         mem_mb=4000,
@@ -31,6 +33,8 @@ rule tokenizer:
         study_path("logs/tokenizer.log"),
     benchmark:
         study_path("benchmarks/tokenizer.tsv")
+    conda:
+        "../envs/overtrain.yaml"
     threads: 2
     resources:
         mem_mb=4000,
@@ -49,6 +53,8 @@ rule tokenize_train:
         study_path("logs/tokenize_train.log"),
     benchmark:
         study_path("benchmarks/tokenize_train.tsv")
+    conda:
+        "../envs/overtrain.yaml"
     threads: 2
     resources:
         mem_mb=4000,

@@ -19,6 +19,8 @@ rule perturb:
         study_path("logs/perturb/{checkpoint}.log"),
     benchmark:
         study_path("benchmarks/perturb/{checkpoint}.tsv")
+    conda:
+        "../envs/overtrain.yaml"
     threads: config["perturb"].get("threads", 1)
     resources:
         **preset_resources("perturb"),

@@ -15,6 +15,8 @@ rule pretrain:
         study_path("logs/pretrain/{model}-{budget}.log"),
     benchmark:
         study_path("benchmarks/pretrain/{model}-{budget}.tsv")
+    conda:
+        "../envs/overtrain.yaml"
     threads: config["pretrain"].get("threads", 1)
     resources:
         **preset_resources("pretrain"),
