@@ -10,9 +10,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
-from pipeline.models import init_std_from_config
 
 log = logging.getLogger(__name__)
 
@@ -77,20 +74,24 @@ def study_checkpoints(config: dict) -> list[CheckpointSpec]:
     return specs
 
 
-def default_dtype(device: torch.device) -> torch.dtype:
+def default_dtype(device: "torch.device") -> "torch.dtype":
     """bf16 on GPU (as the paper's models are trained), fp32 on CPU."""
+    import torch
+
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def load_checkpoint(spec: CheckpointSpec, path: str | None, device: str | torch.device = "cpu", dtype: torch.dtype | None = None):
+def load_checkpoint(spec: CheckpointSpec, path: str | None, device: "str | torch.device" = "cpu", dtype: "torch.dtype | None" = None):
     """Load (model, tokenizer, init_std, init_std_source) once for a whole job.
 
     init_std comes from the `init_std.json` the sweep recorded at initialisation; for a
     checkpoint without one it is the family's init distribution from its config, and
     init_std_source says "config" so the outputs record the approximation.
     """
+    import torch
     from transformers import AutoModelForCausalLM
 
+    from pipeline.models import init_std_from_config
     from pipeline.tokenizer import load_tokenizer
 
     device = torch.device(device)

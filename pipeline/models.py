@@ -2,34 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 from transformers import Olmo2Config, Olmo2ForCausalLM, PretrainedConfig, PreTrainedModel
 
-
-@dataclass(frozen=True)
-class SizePreset:
-    """Architecture of one model size (Table 3 of the paper for the olmo-* presets)."""
-
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    intermediate_size: int
-    max_position_embeddings: int
-    attention_dropout: float = 0.0
-    initializer_range: float = 0.02
-
-
-SIZE_PRESETS: dict[str, SizePreset] = {
-    # CPU default: the toy scale at which the effect shows on ~8M tokens in minutes.
-    "tiny": SizePreset(32, 2, 4, 128, 128),
-    # Table 3 (the paper also uses 0.1 residual/embedding dropout, which the HF Olmo2
-    # architecture does not have; attention dropout is kept).
-    "olmo-15m": SizePreset(192, 3, 3, 768, 1024, attention_dropout=0.1),
-    "olmo-30m": SizePreset(384, 6, 6, 1536, 1024, attention_dropout=0.1),
-    "olmo-90m": SizePreset(576, 9, 9, 2304, 1024, attention_dropout=0.1),
-}
+from pipeline.presets import SIZE_PRESETS
 
 
 def model_config(preset: str, vocab_size: int, eos_token_id: int, pad_token_id: int) -> Olmo2Config:
@@ -87,18 +65,3 @@ def count_parameters(model: torch.nn.Module, non_embedding: bool = False) -> int
             n -= out.weight.numel()
     return n
 
-
-def job_resources(preset: str, stage: str, device: str) -> dict[str, int]:
-    """Scheduler resources (mem_mb, runtime in minutes, gpu count) of a job on a preset.
-
-    Sized from the parameter count so a SLURM profile can place jobs; generous for the
-    paper's presets, small for `tiny` so a workstation runs many at once.
-    """
-    p = SIZE_PRESETS.get(preset)
-    params = 0 if p is None else 12 * p.num_hidden_layers * p.hidden_size**2 + 2 * 50304 * p.hidden_size
-    gpu = int(device != "cpu")
-    mem_mb = 2000 + params * 16 // 1_000_000 * 4  # fp32 weights + Adam moments + activations
-    runtime = {"pretrain": 60, "perturb": 30}.get(stage, 30)
-    if params > 20_000_000:
-        runtime *= 24
-    return {"mem_mb": int(mem_mb), "runtime": int(runtime), "gpu": gpu}

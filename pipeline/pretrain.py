@@ -12,18 +12,11 @@ import pandas as pd
 
 from pipeline.io import atomic_path, write_json
 from pipeline.models import build_model, count_parameters, init_std, model_config
+from pipeline.presets import steps_for_budget
 from pipeline.tokenizer import load_tokenizer
 from pipeline.train import ChunkSampler, TrainConfig, train
 
 log = logging.getLogger(__name__)
-
-
-def steps_for_budget(budget: int, batch_size: int, seq_len: int) -> int:
-    """Optimiser steps that fit in a token budget; a budget below one batch is an error."""
-    per_step = batch_size * seq_len
-    if budget < per_step:
-        raise ValueError(f"pretrain.budgets: token budget {budget} is smaller than one batch ({batch_size} x {seq_len} = {per_step} tokens)")
-    return budget // per_step
 
 
 def pretrain_run(

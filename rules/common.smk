@@ -5,8 +5,7 @@ from snakemake.exceptions import WorkflowError
 
 from pipeline.checkpoints import study_checkpoints
 from pipeline.corpus import EMBEDDED_PACKAGES
-from pipeline.models import job_resources
-from pipeline.pretrain import steps_for_budget
+from pipeline.presets import job_resources, steps_for_budget
 from pipeline.theory import FIGURE_STEMS
 
 

@@ -1,0 +1,44 @@
+"""Wall time of a Snakemake dry run of a paper-scale grid.
+
+3 sizes (olmo-15m/30m/90m) x 6 budgets (4B..128B tokens, Appendix C.1) x 10 gammas x 3 seeds:
+18 pre-training jobs and 18 perturbation jobs (each evaluates its checkpoint's 31 cells),
+plus aggregation. usage: python bench/bench_dryrun.py
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def paper_scale_config() -> dict:
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    cfg["study"] = "bench-paper-scale"
+    cfg["pretrain"].update(presets=["olmo-15m", "olmo-30m", "olmo-90m"], budgets=[int(b * 1e9) for b in (4, 8, 16, 32, 64, 128)], seq_len=1024, batch_size=256, lr=3e-4)
+    cfg["perturb"].update(gammas=[0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 6, 8], seeds=[0, 1, 2])
+    cfg["tokenizer"].update(vocab_size=50304)
+    return cfg
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(yaml.safe_dump(paper_scale_config()))
+        t0 = time.perf_counter()
+        res = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "all", "--configfile", str(path), "--quiet", "rules"], cwd=ROOT, capture_output=True, text=True)
+        seconds = time.perf_counter() - t0
+    if res.returncode != 0:
+        sys.exit(res.stderr[-3000:])
+    print(res.stdout.strip())
+    print(f"dry run of the paper-scale grid: {seconds:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
