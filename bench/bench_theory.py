@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--config", default=ROOT / "config" / "theory.yaml", type=Path, help="YAML file with a `theory:` section")
+    ap.add_argument("--config", default=ROOT / "config.yaml", type=Path, help="YAML file with a `theory:` section")
     ap.add_argument("--repeats", default=3, type=int)
     ap.add_argument("--verbose", action="store_true", help="show the stage's progress log")
     args = ap.parse_args()

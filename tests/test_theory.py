@@ -1,6 +1,6 @@
 """Theory track: every theorem-level claim of Section 4 checked on the simulations, plus bad input.
 
-Most claims are checked on the default stage (config/theory.yaml, run once per module, ~7 s);
+Most claims are checked on the default stage (the theory section of config.yaml, run once per module, ~7 s);
 the inflection prediction is also checked on further spectra and γ values, and the closed forms
 against Monte Carlo / the exact logistic solution. Tolerances are stated next to each check and
 explained in docs/theory.md.
@@ -40,7 +40,7 @@ from pipeline.theory import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT = yaml.safe_load((ROOT / "config" / "theory.yaml").read_text())["theory"]
+DEFAULT = yaml.safe_load((ROOT / "config.yaml").read_text())["theory"]
 
 
 @pytest.fixture(scope="module")
