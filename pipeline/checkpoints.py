@@ -9,6 +9,10 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported lazily: the Snakefile imports this module at parse time
+    import torch
 
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,6 @@
 import math
 
 import pytest
-import torch
 
 from pipeline.evaluate import build_eval_set, eval_perplexity, rolling_windows
 from pipeline.tokenizer import encode_documents
