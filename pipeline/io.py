@@ -38,10 +38,6 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
         tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    return json.loads(Path(path).read_text())
-
-
 def write_parquet(path: str | os.PathLike, df: pd.DataFrame) -> None:
     """Write a DataFrame to Parquet (pyarrow), atomically."""
     with atomic_path(path) as tmp:

@@ -117,9 +117,10 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
-def _save_state(path: Path, model, optimizer, scheduler, step: int, result: TrainResult, fingerprint: str) -> None:
+def _save_state(path: Path, model, optimizer, scheduler, result: TrainResult, seconds: float, fingerprint: str) -> None:
+    """Everything a killed run needs to continue bit-identically, written atomically."""
     state = {
-        "step": step,
+        "step": result.steps_done,
         "fingerprint": fingerprint,
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict(),
@@ -128,7 +129,7 @@ def _save_state(path: Path, model, optimizer, scheduler, step: int, result: Trai
         "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         "losses": result.losses,
         "lrs": result.lrs,
-        "seconds": result.seconds,
+        "seconds": seconds,
     }
     with atomic_path(path) as tmp:
         torch.save(state, tmp)
@@ -204,14 +205,10 @@ def train(
                 log.warning("loss became non-finite at step %d: run marked diverged", result.steps_done)
                 break
             if state_path and (result.steps_done % cfg.checkpoint_every == 0 or stopping) and not last:
-                _save_state(state_path, model, optimizer, scheduler, result.steps_done, _with_time(result, t0), fingerprint)
+                _save_state(state_path, model, optimizer, scheduler, result, result.seconds + elapsed, fingerprint)
         if stopping:
             break
     result.seconds += time.perf_counter() - t0
     model.eval()
     return result
 
-
-def _with_time(result: TrainResult, t0: float) -> TrainResult:
-    """A copy of `result` whose `seconds` includes the time spent so far in this process."""
-    return TrainResult(result.steps_done, list(result.losses), list(result.lrs), result.diverged, result.seconds + time.perf_counter() - t0, result.resumed_from)
