@@ -142,6 +142,7 @@ def train(
     state_path: str | Path | None = None,
     stop_after: int | None = None,
     extra_loss: Callable[[torch.nn.Module], torch.Tensor] | None = None,
+    on_step_end: Callable[[int], None] | None = None,
 ) -> TrainResult:
     """Train `model` for `cfg.steps` steps on `batch_fn(step)` batches.
 
@@ -149,6 +150,9 @@ def train(
         written every `cfg.checkpoint_every` steps. A killed run continues from there.
     stop_after: stop (as if killed) after this many steps; for tests of resumption.
     extra_loss: added to the LM loss (e.g. a proximal term towards the initial weights).
+    on_step_end: called with the number of steps done after every optimiser step (e.g. to
+        evaluate at epoch boundaries for early stopping); it may switch the model to eval
+        mode, the loop switches it back.
     A non-finite loss stops the run and marks it diverged instead of raising.
     """
     device = next(model.parameters()).device
@@ -206,6 +210,9 @@ def train(
                 break
             if state_path and (result.steps_done % cfg.checkpoint_every == 0 or stopping) and not last:
                 _save_state(state_path, model, optimizer, scheduler, result, result.seconds + elapsed, fingerprint)
+        if on_step_end is not None:
+            on_step_end(result.steps_done)
+            model.train()
         if stopping:
             break
     result.seconds += time.perf_counter() - t0
