@@ -15,6 +15,7 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/pretrain.smk"
 include: "rules/perturb.smk"
+include: "rules/finetune.smk"
 include: "rules/analysis.smk"
 include: "rules/theory.smk"
 

@@ -102,3 +102,93 @@ def inflection_table(d: pd.DataFrame, n_bootstrap: int, seed: int, ci: float = 0
             }
         )
     return pd.DataFrame(out)
+
+
+# --- fine-tuning: the tuned-learning-rate view (Section 3.4.2, Figures 6, 7 and 34) ---------------
+
+TUNED_KEYS = ["model", "task", "lambda_reg", "checkpoint", "budget"]
+
+
+def tuned_table(metrics: pd.DataFrame, select_split: str = "validation", select_metric: str = "ppl") -> pd.DataFrame:
+    """Per (model, task, λ, checkpoint): the learning rate with the best seed-mean in-domain
+    `select_split` `select_metric`, and every metric of the fine-tuned models at that rate.
+
+    A learning rate with any diverged seed is never selected. Rows: one per (setting,
+    eval_data, split, metric) with the seed mean, sd and count, and the unmodified value.
+    """
+    sft = metrics[metrics["modification"] == "sft"]
+    if sft.empty:
+        return pd.DataFrame(columns=TUNED_KEYS + ["learning_rate", "eval_data", "split", "metric", "mean", "sd", "n_seeds", "base"])
+    sel = sft[(sft["eval_data"] == sft["task"]) & (sft["split"] == select_split) & (sft["metric"] == select_metric)]
+    score = sel.groupby(TUNED_KEYS + ["learning_rate"], dropna=False).agg(score=("value", "mean"), diverged=("diverged", "any")).reset_index()
+    score.loc[score["diverged"] | ~np.isfinite(score["score"]), "score"] = np.inf
+    best = score.sort_values(["score", "learning_rate"]).groupby(TUNED_KEYS, dropna=False, sort=True).head(1)
+    best = best[np.isfinite(best["score"])][TUNED_KEYS + ["learning_rate"]]
+    chosen = sft.merge(best, on=TUNED_KEYS + ["learning_rate"], how="inner")
+    out = chosen.groupby(TUNED_KEYS + ["learning_rate", "eval_data", "split", "metric"], dropna=False).agg(
+        mean=("value", "mean"), sd=("value", "std"), n_seeds=("seed", "nunique")
+    ).reset_index()
+    base = metrics[metrics["modification"] == "none"][["checkpoint", "eval_data", "split", "metric", "value"]].rename(columns={"value": "base"})
+    return out.merge(base.drop_duplicates(["checkpoint", "eval_data", "split", "metric"]), on=["checkpoint", "eval_data", "split", "metric"], how="left")
+
+
+def _log_slope(x: np.ndarray, y: np.ndarray) -> float:
+    """Least-squares slope of log10 y on log10 x (decades of y per decade of x)."""
+    if len(x) < 2:
+        return math.nan
+    return float(np.polyfit(np.log10(x), np.log10(y), 1)[0])
+
+
+# Figure 7: how the optimal learning rate moves with pre-training tokens, and what that predicts.
+SCENARIOS = {
+    "constant": "constant optimal LR: ID and pre-training metrics both degrade",
+    "slowly decreasing": "slowly decreasing optimal LR: only the pre-training metric degrades",
+    "quickly decreasing": "quickly decreasing optimal LR: neither degrades",
+    "increasing": "increasing optimal LR (not among Figure 7's scenarios)",
+}
+
+
+def optimal_lr_table(tuned: pd.DataFrame, flat_slope: float = 0.1, id_split: str = "test") -> pd.DataFrame:
+    """Per (model, task, λ): the optimal-LR trajectory over budgets and its Figure 7 scenario.
+
+    lr_slope: decades of optimal LR per decade of tokens; |slope| < flat_slope is constant.
+    id_degrades / pretrain_degrades: the tuned in-domain `id_split` ppl / pre-training ppl
+    curve has an inflection point (Definition 4.2) within the sweep. A decreasing LR is
+    'slowly' decreasing when the pre-training ppl still degrades, 'quickly' when it does not.
+    """
+    out = []
+    for key, g in tuned.groupby(["model", "task", "lambda_reg"], dropna=False, sort=True):
+        lr = g.drop_duplicates("budget").sort_values("budget")
+        budgets, lrs = lr["budget"].to_numpy(float), lr["learning_rate"].to_numpy(float)
+        slope = _log_slope(budgets, lrs)
+
+        def curve(eval_data: str, split: str) -> np.ndarray:
+            c = g[(g["eval_data"] == eval_data) & (g["split"] == split) & (g["metric"] == "ppl")].set_index("budget")["mean"]
+            return c.reindex(budgets).to_numpy(float)
+
+        pre_curve = curve("pretrain", g.loc[g["eval_data"] == "pretrain", "split"].iloc[0]) if (g["eval_data"] == "pretrain").any() else np.full(len(budgets), np.nan)
+        id_curve = curve(key[1], id_split)
+        pre_infl, id_infl = inflection_point(budgets, pre_curve), inflection_point(budgets, id_curve)
+        trend = "constant" if not np.isfinite(slope) or abs(slope) < flat_slope else ("decreasing" if slope < 0 else "increasing")
+        if trend == "decreasing":
+            scenario = "slowly decreasing" if np.isfinite(pre_infl) else "quickly decreasing"
+        else:
+            scenario = trend
+        expected = {"constant": (True, True), "slowly decreasing": (False, True), "quickly decreasing": (False, False)}.get(scenario)
+        out.append(
+            {
+                **dict(zip(["model", "task", "lambda_reg"], key)),
+                "budgets": budgets.tolist(),
+                "optimal_lrs": lrs.tolist(),
+                "lr_slope": slope,
+                "lr_trend": trend,
+                "pretrain_inflection": pre_infl,
+                "id_inflection": id_infl,
+                "pretrain_degrades": bool(np.isfinite(pre_infl)),
+                "id_degrades": bool(np.isfinite(id_infl)),
+                "scenario": scenario,
+                "scenario_description": SCENARIOS[scenario],
+                "matches_figure7": None if expected is None else (bool(np.isfinite(id_infl)), bool(np.isfinite(pre_infl))) == expected,
+            }
+        )
+    return pd.DataFrame(out)

@@ -17,7 +17,7 @@ from pipeline.plotting import format_tokens, save_figure, set_style
 TOKEN_FMT = FuncFormatter(format_tokens)
 
 
-def _token_axis(ax: plt.Axes, label: str = "pre-training tokens", ticks: Iterable[float] | None = None, axis: str = "x") -> None:
+def token_axis(ax: plt.Axes, label: str = "pre-training tokens", ticks: Iterable[float] | None = None, axis: str = "x") -> None:
     """Log-scaled token axis with readable labels (250K, 4M) at the swept budgets."""
     getattr(ax, f"set_{axis}scale")("log")
     a = getattr(ax, f"{axis}axis")
@@ -43,7 +43,7 @@ def plot_progressive_sensitivity(d: pd.DataFrame, base: pd.DataFrame, inflection
         dm = d[d["model"] == model]
         for ax, col, ylabel in ((row[0], "delta", "Δ perplexity (perturbed − base)"), (row[1], "delta_log", "Δ log-perplexity  ln(perturbed / base)"), (row[2], "value", "perplexity after perturbation")):
             sns.lineplot(dm, x="budget", y=col, hue="gamma", palette=palette, marker="o", errorbar="sd", ax=ax, legend=ax is row[2])
-            _token_axis(ax, ticks=dm["budget"])
+            token_axis(ax, ticks=dm["budget"])
             ax.set_ylabel(ylabel)
         bm = base[base["model"] == model].sort_values("budget")
         row[2].plot(bm["budget"], bm["value"], "k--", marker="s", label="base (γ = 0)")
@@ -72,7 +72,7 @@ def plot_inflection(inflection: pd.DataFrame, stem: str | Path, formats: Iterabl
         if len(none):
             ax.plot(none["gamma"], none["max_budget"] * 1.5, "^", color=color, ms=9, label=f"{model}: none ≤ {format_tokens(none['max_budget'].iloc[0])}")
     budgets = np.unique(np.concatenate([inflection["max_budget"], inflection["inflection_budget"].dropna()]))
-    _token_axis(ax, "inflection point (pre-training tokens)", ticks=budgets, axis="y")
+    token_axis(ax, "inflection point (pre-training tokens)", ticks=budgets, axis="y")
     ax.set_xticks(sorted(inflection["gamma"].unique()))
     ax.set_xlabel("perturbation scale γ (× init std)")
     ax.set_title("Inflection point moves earlier as γ grows")
@@ -85,7 +85,7 @@ def plot_loss_curves(curves: pd.DataFrame, stem: str | Path, formats: Iterable[s
     set_style()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     sns.lineplot(curves, x="tokens", y="loss", hue="budget", style="model", palette="viridis", ax=ax, lw=0.8, hue_norm=plt.matplotlib.colors.LogNorm())
-    _token_axis(ax, "tokens seen")
+    token_axis(ax, "tokens seen")
     ax.set_ylabel("training loss (nats/token)")
     ax.set_title("Pre-training loss curves")
     return save_figure(fig, stem, formats)

@@ -30,6 +30,18 @@ SIZE_PRESETS: dict[str, SizePreset] = {
 }
 
 
+# Table 4: the fine-tuning learning-rate grid of the paper's controlled experiments.
+PAPER_FINETUNE_LRS: tuple[float, ...] = (
+    4e-6, 8e-6, 1e-5, 2e-5, 4e-5, 5e-5, 6e-5, 7e-5, 8e-5, 9e-5, 1e-4, 1.1e-4, 1.2e-4, 1.4e-4,
+    1.6e-4, 1.8e-4, 2e-4, 2.4e-4, 4e-4, 5e-4, 6e-4, 8e-4, 1e-3, 2e-3, 3e-3, 4e-3, 6e-3,
+)
+
+
+def format_hparam(x: float) -> str:
+    """A grid value as it appears in file names: 0.003, 1e-05, 0 (6 significant digits)."""
+    return f"{float(x):.6g}"
+
+
 def steps_for_budget(budget: int, batch_size: int, seq_len: int) -> int:
     """Optimiser steps that fit in a token budget; a budget below one batch is an error."""
     per_step = batch_size * seq_len
@@ -48,7 +60,7 @@ def job_resources(preset: str, stage: str, device: str) -> dict[str, int]:
     params = 0 if p is None else 12 * p.num_hidden_layers * p.hidden_size**2 + 2 * 50304 * p.hidden_size
     gpu = int(device != "cpu")
     mem_mb = 2000 + params * 16 // 1_000_000 * 4  # fp32 weights + Adam moments + activations
-    runtime = {"pretrain": 60, "perturb": 30}.get(stage, 30)
+    runtime = {"pretrain": 60, "perturb": 30, "finetune": 30}.get(stage, 30)
     if params > 20_000_000:
         runtime *= 24
     return {"mem_mb": int(mem_mb), "runtime": int(runtime), "gpu": gpu}

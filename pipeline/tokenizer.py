@@ -70,11 +70,15 @@ def token_stream(tokenizer: PreTrainedTokenizerFast, texts: list[str]) -> "np.nd
     return out
 
 
-def study_tokenizer(train_texts: list[str], cfg: dict) -> Tokenizer:
-    """The `tokenizer:` config section: train a BPE (on `train_texts` plus extra texts) or load a file."""
+def study_tokenizer(train_texts: list[str], cfg: dict, task_texts: list[str] = ()) -> Tokenizer:
+    """The `tokenizer:` config section: train a BPE (on `train_texts` plus extra texts) or load a file.
+
+    task_texts: training-split texts of the fine-tuning tasks named in `extra_texts` (read
+    from their task tables by the caller); other names there are EXTRA_TOKENIZER_TEXTS.
+    """
     if cfg["kind"] == "file":
         return Tokenizer.from_file(cfg["path"])
     from pipeline.corpus import EXTRA_TOKENIZER_TEXTS
 
-    extra = [d.text for name in cfg.get("extra_texts") or [] for d in EXTRA_TOKENIZER_TEXTS[name]()]
-    return train_bpe(train_texts + extra, cfg["vocab_size"])
+    extra = [d.text for name in cfg.get("extra_texts") or [] if name in EXTRA_TOKENIZER_TEXTS for d in EXTRA_TOKENIZER_TEXTS[name]()]
+    return train_bpe(train_texts + extra + list(task_texts), cfg["vocab_size"])

@@ -5,7 +5,8 @@ from snakemake.exceptions import WorkflowError
 
 from pipeline.checkpoints import study_checkpoints
 from pipeline.corpus import EMBEDDED_PACKAGES
-from pipeline.presets import job_resources, steps_for_budget
+from pipeline.presets import PAPER_FINETUNE_LRS, format_hparam, job_resources, steps_for_budget
+from pipeline.tasks import TASK_NAMES
 from pipeline.theory import FIGURE_STEMS
 
 
@@ -13,6 +14,10 @@ wildcard_constraints:
     model=r"[A-Za-z0-9_.-]+",
     budget=r"\d+",
     checkpoint=r"[A-Za-z0-9._-]+",
+    task="|".join(TASK_NAMES),
+    lr=r"[0-9.e+-]+",
+    lam=r"[0-9.e+-]+",
+    seed=r"\d+",
 
 
 def study_path(rel):
@@ -38,7 +43,30 @@ def _check_config():
         raise WorkflowError("invalid config: checkpoints.hub.model_id is required when checkpoints.source is 'hub'")
     if config["tokenizer"]["kind"] == "file" and not config["tokenizer"].get("path"):
         raise WorkflowError("invalid config: tokenizer.path is required when tokenizer.kind is 'file'")
+    _check_grid("finetune.learning_rates", finetune_lrs())
+    _check_grid("finetune.lambdas", finetune_config().get("lambdas", [0.0]))
     return {s.name: s for s in specs}
+
+
+def _check_grid(key, values):
+    """Grid values name output files: two values with the same file name are an error."""
+    names = [format_hparam(v) for v in values]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise WorkflowError(f"invalid config: {key} has values that differ only beyond 6 significant digits: {clash}")
+
+
+def finetune_config():
+    return config.get("finetune") or {}
+
+
+def finetune_enabled():
+    return bool(finetune_config().get("enabled", True)) and bool(finetune_config().get("tasks"))
+
+
+def finetune_lrs():
+    lrs = finetune_config().get("learning_rates", [])
+    return PAPER_FINETUNE_LRS if lrs == "paper" else lrs
 
 
 CHECKPOINTS = _check_config()
@@ -98,12 +126,58 @@ def pretrain_dirs():
     return [study_path(f"pretrain/{s.model}/{s.tokens}") for s in CHECKPOINTS.values() if s.source == "sweep"]
 
 
+def task_config(wildcards):
+    """Data settings of one fine-tuning task (a change rebuilds its table and reruns its jobs)."""
+    return finetune_config()["tasks"].get(wildcards.task) or {}
+
+
+def tokenizer_task_tables(wildcards):
+    """Task tables whose training texts the tokenizer is also trained on (tokenizer.extra_texts)."""
+    names = [n for n in config["tokenizer"].get("extra_texts") or [] if n in TASK_NAMES]
+    return [study_path(f"data/tasks/{n}.parquet") for n in names]
+
+
+def finetune_hparams():
+    """Every fine-tuning hyperparameter except the grid ones (those are wildcards)."""
+    keys = ["epochs", "max_steps", "batch_size", "micro_batch_size", "seq_len", "schedule", "warmup_fraction", "betas", "weight_decay", "grad_clip", "eval_batch_size", "eval_max_tokens"]
+    ft = finetune_config()
+    return {k: ft[k] for k in keys if k in ft}
+
+
+def finetune_parts():
+    """One metrics file per (checkpoint, task, lr, λ, seed), plus each (checkpoint, task)'s base evaluation."""
+    if not finetune_enabled():
+        return []
+    ft = finetune_config()
+    out = []
+    for name in CHECKPOINTS:
+        for task in ft["tasks"]:
+            out.append(study_path(f"finetune/{name}/{task}/base.parquet"))
+            out += [
+                study_path(f"finetune/{name}/{task}/lr{format_hparam(lr)}_lam{format_hparam(lam)}_seed{seed}.parquet")
+                for lr in finetune_lrs()
+                for lam in ft["lambdas"]
+                for seed in ft["seeds"]
+            ]
+    return out
+
+
+def finetune_outputs():
+    if not finetune_enabled():
+        return []
+    out = [study_path("analysis/finetune_tuned.parquet")]
+    return out + [study_path(f"figures/{f}.{ext}") for f in FINETUNE_FIGURES for ext in FORMATS]
+
+
+FINETUNE_FIGURES = ["finetune_fixed_lr", "finetune_tuned", "finetune_distance"]
+
+
 def theory_enabled():
     return bool(config.get("theory", {}).get("enabled", False))
 
 
 def metric_parts():
-    return perturb_parts() + ([study_path("theory/metrics.parquet")] if theory_enabled() else [])
+    return perturb_parts() + finetune_parts() + ([study_path("theory/metrics.parquet")] if theory_enabled() else [])
 
 
 def theory_outputs():
@@ -115,6 +189,7 @@ def all_outputs():
     figs = ["progressive_sensitivity", "inflection_point"] + (["pretrain_loss"] if pretrain_dirs() else [])
     out = [study_path("metrics.parquet"), study_path("analysis/inflection.parquet")]
     out += [study_path(f"figures/{f}.{ext}") for f in figs for ext in FORMATS]
+    out += finetune_outputs()
     if theory_enabled():
         out += theory_outputs()
     return out

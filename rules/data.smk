@@ -25,6 +25,7 @@ rule corpus:
 rule tokenizer:
     input:
         corpus=study_path("data/corpus.parquet"),
+        tasks=tokenizer_task_tables,
     output:
         study_path("tokenizer/tokenizer.json"),
     params:

@@ -9,7 +9,8 @@ from pipeline.runtime import setup_logging
 
 setup_logging(snakemake.log[0])
 metrics = pd.read_parquet(snakemake.input[0])
-lm = metrics[(metrics["source"] != "theory") & (metrics["eval_data"] == "pretrain")]
+# pre-training and in-domain perplexity of every modification (Gaussian γ, fine-tuning LR × λ)
+lm = metrics[(metrics["source"] != "theory") & (metrics["eval_data"] != "weights")]
 d = deltas(lm, "ppl")
 sens = sensitivity_table(d)
 infl = inflection_table(d, n_bootstrap=snakemake.params.bootstrap, seed=snakemake.params.seed, ci=snakemake.params.ci)

@@ -11,6 +11,7 @@ metrics = pd.read_parquet(snakemake.input.metrics)
 base = metrics[(metrics["modification"] == "none") & (metrics["metric"] == "ppl") & (metrics["eval_data"] == "pretrain")]
 d = pd.read_parquet(snakemake.input.deltas)
 infl = pd.read_parquet(snakemake.input.inflection)
+infl = infl[(infl["modification"] == "gaussian") & (infl["eval_data"] == "pretrain")]
 formats = [Path(p).suffix[1:] for p in snakemake.output.sensitivity]
 plot_progressive_sensitivity(d[d["modification"] == "gaussian"], base, infl, Path(snakemake.output.sensitivity[0]).with_suffix(""), formats)
-plot_inflection(infl[infl["modification"] == "gaussian"], Path(snakemake.output.inflection[0]).with_suffix(""), formats)
+plot_inflection(infl, Path(snakemake.output.inflection[0]).with_suffix(""), formats)

@@ -1,0 +1,119 @@
+# Fine-tuning sweep (Section 3.4): task tables, the base model's in-domain metrics, and one job
+# per (checkpoint, task, learning rate, lambda, seed). Grid values are wildcards; every other
+# hyperparameter is in params, so a config change reruns exactly the jobs it touches.
+
+
+rule task_data:
+    output:
+        study_path("data/tasks/{task}.parquet"),
+    params:
+        cfg=task_config,
+    log:
+        study_path("logs/tasks/{task}.log"),
+    benchmark:
+        study_path("benchmarks/tasks/{task}.tsv")
+    conda:
+        "../envs/overtrain.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    script:
+        "scripts/task_data.py"
+
+
+rule task_base:
+    input:
+        checkpoint=checkpoint_dir,
+        task=study_path("data/tasks/{task}.parquet"),
+    output:
+        study_path("finetune/{checkpoint}/{task}/base.parquet"),
+    params:
+        spec=checkpoint_spec,
+        hp=finetune_hparams(),
+        device=DEVICE,
+    log:
+        study_path("logs/finetune/{checkpoint}/{task}/base.log"),
+    benchmark:
+        study_path("benchmarks/finetune/{checkpoint}/{task}/base.tsv")
+    conda:
+        "../envs/overtrain.yaml"
+    threads: finetune_config().get("threads", 1)
+    resources:
+        **preset_resources("perturb"),
+    script:
+        "scripts/task_base.py"
+
+
+rule finetune:
+    input:
+        checkpoint=checkpoint_dir,
+        task=study_path("data/tasks/{task}.parquet"),
+        corpus=study_path("data/corpus.parquet"),
+    output:
+        study_path("finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.parquet"),
+    params:
+        spec=checkpoint_spec,
+        hp=finetune_hparams(),
+        eval=config["eval"],
+        state=lambda wc: study_path(f"finetune/.resume/{wc.checkpoint}/{wc.task}/lr{wc.lr}_lam{wc.lam}_seed{wc.seed}"),
+        cadence={k: finetune_config().get(k, 200 if k == "checkpoint_every" else 50) for k in ("checkpoint_every", "log_every")},
+        device=DEVICE,
+    log:
+        study_path("logs/finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.log"),
+    benchmark:
+        study_path("benchmarks/finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.tsv")
+    conda:
+        "../envs/overtrain.yaml"
+    threads: finetune_config().get("threads", 1)
+    resources:
+        **preset_resources("finetune"),
+    script:
+        "scripts/finetune.py"
+
+
+rule finetune_analysis:
+    input:
+        study_path("metrics.parquet"),
+    output:
+        tuned=study_path("analysis/finetune_tuned.parquet"),
+        optimal_lr=study_path("analysis/finetune_optimal_lr.parquet"),
+    log:
+        study_path("logs/finetune_analysis.log"),
+    benchmark:
+        study_path("benchmarks/finetune_analysis.tsv")
+    conda:
+        "../envs/overtrain.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "scripts/finetune_analysis.py"
+
+
+rule finetune_figures:
+    input:
+        metrics=study_path("metrics.parquet"),
+        deltas=study_path("analysis/deltas.parquet"),
+        inflection=study_path("analysis/inflection.parquet"),
+        tuned=study_path("analysis/finetune_tuned.parquet"),
+        optimal_lr=study_path("analysis/finetune_optimal_lr.parquet"),
+    output:
+        fixed=expand(study_path("figures/finetune_fixed_lr.{ext}"), ext=FORMATS),
+        tuned=expand(study_path("figures/finetune_tuned.{ext}"), ext=FORMATS),
+        distance=expand(study_path("figures/finetune_distance.{ext}"), ext=FORMATS),
+    params:
+        max_pretrain_ppl=config["analysis"].get("finetune_max_pretrain_ppl"),
+    log:
+        study_path("logs/finetune_figures.log"),
+    benchmark:
+        study_path("benchmarks/finetune_figures.tsv")
+    conda:
+        "../envs/overtrain.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "scripts/finetune_figures.py"

@@ -1,0 +1,25 @@
+"""Rule finetune: one checkpoint fine-tuned on one task at one (lr, lambda, seed), evaluated in memory."""
+from pipeline.checkpoints import CheckpointSpec
+from pipeline.finetune import FinetuneConfig, finetune_run
+from pipeline.runtime import pick_device, set_threads, setup_logging
+from pipeline.tables import write_metrics
+
+setup_logging(snakemake.log[0])
+set_threads(snakemake.threads)
+wc = snakemake.wildcards
+rows = finetune_run(
+    CheckpointSpec(**snakemake.params.spec),
+    path=snakemake.input.checkpoint[0] if snakemake.input.checkpoint else None,
+    task_path=snakemake.input.task,
+    task_name=wc.task,
+    corpus_path=snakemake.input.corpus,
+    eval_cfg=snakemake.params.eval,
+    cfg=FinetuneConfig(**snakemake.params.hp, **snakemake.params.cadence),
+    learning_rate=float(wc.lr),
+    lambda_reg=float(wc.lam),
+    seed=int(wc.seed),
+    study=snakemake.config["study"],
+    state_dir=snakemake.params.state,
+    device=pick_device(snakemake.params.device),
+)
+write_metrics(snakemake.output[0], rows)
