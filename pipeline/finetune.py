@@ -76,17 +76,23 @@ def weight_distance(model: torch.nn.Module, reference: dict[str, torch.Tensor]) 
     return math.sqrt(total)
 
 
-def _task_data(task, tokenizer, max_len: int, cfg: FinetuneConfig, seed: int):
-    """(train batch_fn, steps per epoch, validation data, test data) of a task."""
+def _eval_data(task, tokenizer, max_len: int, cfg: FinetuneConfig) -> dict:
+    """In-domain validation and test data: rolling windows (LM) or encoded items (classification)."""
+    if task.kind == "lm":
+        return {s: lm_eval_set(tokenizer, split_of_task(task, s), max_len, cfg.eval_max_tokens) for s in ("validation", "test")}
+    return {s: encode_classification(tokenizer, split_of_task(task, s), max_len) for s in ("validation", "test")}
+
+
+def _train_data(task, tokenizer, max_len: int, cfg: FinetuneConfig, seed: int):
+    """(batch_fn, steps per epoch) of a task's training split."""
     if task.kind == "lm":
         sampler, per_epoch = lm_sampler(tokenizer, split_of_task(task, "train"), max_len, cfg.batch_size, seed)
-        evals = {s: lm_eval_set(tokenizer, split_of_task(task, s), max_len, cfg.eval_max_tokens) for s in ("validation", "test")}
-        return sampler.batch, per_epoch, evals
-    enc = {s: encode_classification(tokenizer, split_of_task(task, s), max_len) for s in ("train", "validation", "test")}
-    if len(enc["train"].prompts) < cfg.batch_size:
-        raise ValueError(f"finetune.batch_size {cfg.batch_size} is larger than task {task.name!r}'s training split ({len(enc['train'].prompts)} items)")
-    sampler = ExampleSampler(enc["train"], cfg.batch_size, seed, tokenizer.pad_token_id)
-    return sampler.batch, sampler.steps_per_epoch, {s: enc[s] for s in ("validation", "test")}
+        return sampler.batch, per_epoch
+    enc = encode_classification(tokenizer, split_of_task(task, "train"), max_len)
+    if len(enc.prompts) < cfg.batch_size:
+        raise ValueError(f"finetune.batch_size {cfg.batch_size} is larger than task {task.name!r}'s training split ({len(enc.prompts)} items)")
+    sampler = ExampleSampler(enc, cfg.batch_size, seed, tokenizer.pad_token_id)
+    return sampler.batch, sampler.steps_per_epoch
 
 
 def task_base_rows(spec: CheckpointSpec, path: str | None, task_path: str | Path, task_name: str, cfg: FinetuneConfig, study: str, device: str = "cpu") -> list[dict]:
@@ -94,7 +100,7 @@ def task_base_rows(spec: CheckpointSpec, path: str | None, task_path: str | Path
     model, tokenizer, _, _ = load_checkpoint(spec, path, device, dtype=torch.float32)
     task = read_task(task_name, task_path)
     max_len = _context(model, cfg)
-    _, _, evals = _task_data(task, tokenizer, max_len, cfg, seed=0)
+    evals = _eval_data(task, tokenizer, max_len, cfg)
     rows = []
     common = dict(study=study, checkpoint=spec.name, source=spec.source, model=spec.model, budget=float(spec.tokens), budget_unit="tokens", modification="none", task=task_name, eval_data=task_name)
     for split, data in evals.items():
@@ -139,7 +145,8 @@ def finetune_run(
     model, tokenizer, _, _ = load_checkpoint(spec, path, device, dtype=torch.float32)
     task = read_task(task_name, task_path)
     max_len = _context(model, cfg)
-    batch_fn, per_epoch, evals = _task_data(task, tokenizer, max_len, cfg, seed)
+    batch_fn, per_epoch = _train_data(task, tokenizer, max_len, cfg, seed)
+    evals = _eval_data(task, tokenizer, max_len, cfg)
     total = per_epoch * cfg.epochs if cfg.max_steps is None else min(per_epoch * cfg.epochs, cfg.max_steps)
     boundaries = sorted({s for s in range(per_epoch, total + 1, per_epoch)} | {total})
     reference_device = device if lambda_reg > 0 else "cpu"

@@ -56,14 +56,6 @@ def read_task(name: str, path: str | Path) -> Task:
     return task_from_frame(name, pd.read_parquet(path), source=str(path))
 
 
-def task_texts(task: Task, split: str = "train") -> list[str]:
-    """Plain texts of a split: LM documents, or each item's full prompt with its gold answer."""
-    items = task.splits.get(split) or []
-    if task.kind == "lm":
-        return list(items)
-    return [it.context + it.prompt + it.choices[it.label] for it in items]
-
-
 def split_of_task(task: Task, split: str) -> list:
     items = task.splits.get(split) or []
     if not items:

@@ -6,7 +6,7 @@ from snakemake.exceptions import WorkflowError
 from pipeline.checkpoints import study_checkpoints
 from pipeline.corpus import EMBEDDED_PACKAGES
 from pipeline.presets import PAPER_FINETUNE_LRS, format_hparam, job_resources, steps_for_budget
-from pipeline.tasks import TASK_NAMES
+from pipeline.tasks import TASK_NAMES, task_files
 from pipeline.theory import FIGURE_STEMS
 
 
@@ -129,6 +129,11 @@ def pretrain_dirs():
 def task_config(wildcards):
     """Data settings of one fine-tuning task (a change rebuilds its table and reruns its jobs)."""
     return finetune_config()["tasks"].get(wildcards.task) or {}
+
+
+def task_package_files(wildcards):
+    """The pinned package files a task's embedded data is read from (none for the hub source)."""
+    return task_files(wildcards.task, task_config(wildcards))
 
 
 def tokenizer_task_tables(wildcards):

@@ -4,6 +4,8 @@
 
 
 rule task_data:
+    input:
+        task_package_files,
     output:
         study_path("data/tasks/{task}.parquet"),
     params:
@@ -30,7 +32,7 @@ rule task_base:
         study_path("finetune/{checkpoint}/{task}/base.parquet"),
     params:
         spec=checkpoint_spec,
-        hp=finetune_hparams(),
+        hp={k: v for k, v in finetune_hparams().items() if k in ("seq_len", "eval_batch_size", "eval_max_tokens")},
         device=DEVICE,
     log:
         study_path("logs/finetune/{checkpoint}/{task}/base.log"),
@@ -56,8 +58,7 @@ rule finetune:
         spec=checkpoint_spec,
         hp=finetune_hparams(),
         eval=config["eval"],
-        state=lambda wc: study_path(f"finetune/.resume/{wc.checkpoint}/{wc.task}/lr{wc.lr}_lam{wc.lam}_seed{wc.seed}"),
-        cadence={k: finetune_config().get(k, 200 if k == "checkpoint_every" else 50) for k in ("checkpoint_every", "log_every")},
+        state=study_path("finetune/.resume/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}"),
         device=DEVICE,
     log:
         study_path("logs/finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.log"),

@@ -10,6 +10,8 @@ from pipeline.tables import SCHEMA
 from workflow_utils import ROOT, planned_jobs, smoke_config, snakemake, write_config
 
 STUDY = "ci-smoke"
+# aggregation downstream of any changed metrics file
+AGG = {"metrics": 1, "analysis": 1, "figures": 1, "finetune_analysis": 1, "finetune_figures": 1}
 
 
 @pytest.fixture(scope="module")
@@ -29,18 +31,30 @@ def test_smoke_study_outputs(smoke_run):
     cfg = smoke_config()
     n_ckpt = len(cfg["pretrain"]["budgets"])
     n_cells = 1 + len(cfg["perturb"]["gammas"]) * len(cfg["perturb"]["seeds"])
-    assert len(metrics) == n_ckpt * n_cells * 3  # ppl, bpb, loss
+    perturb = metrics[metrics["modification"].isin(["none", "gaussian"]) & (metrics["eval_data"] == "pretrain")]
+    assert len(perturb) == n_ckpt * n_cells * 3  # ppl, bpb, loss
     assert metrics["config_hash"].nunique() == 1 and metrics["git_commit"].iloc[0] != ""
-    ppl = metrics[metrics["metric"] == "ppl"]
+    ft = cfg["finetune"]
+    sft = metrics[metrics["modification"] == "sft"]
+    n_runs = n_ckpt * len(ft["tasks"]) * len(ft["learning_rates"]) * len(ft["lambdas"]) * len(ft["seeds"])
+    assert sft.groupby(["checkpoint", "task", "learning_rate", "lambda_reg", "seed"]).ngroups == n_runs
+    for task in ft["tasks"]:  # the base checkpoint's in-domain metrics are the Δ baseline
+        base_id = metrics[(metrics["modification"] == "none") & (metrics["eval_data"] == task) & (metrics["metric"] == "ppl")]
+        assert len(base_id) == n_ckpt * 2  # validation + test
+    assert (sft[sft["metric"] == "distance_l2"]["value"] > 0).all()
+    tuned = pd.read_parquet(out / "analysis" / "finetune_tuned.parquet")
+    assert set(tuned["task"]) == set(ft["tasks"]) and tuned["learning_rate"].isin(ft["learning_rates"]).all()
+    ppl = perturb[perturb["metric"] == "ppl"]
     assert (ppl["value"] > 1).all() and ppl["value"].notna().all()
     base = ppl[ppl["modification"] == "none"].sort_values("budget")["value"].to_numpy()
     assert base[-1] < base[0], "longer pre-training must improve the unperturbed model"
-    for name in ("progressive_sensitivity.png", "inflection_point.png", "pretrain_loss.png"):
+    for name in ("progressive_sensitivity.png", "inflection_point.png", "pretrain_loss.png", "finetune_fixed_lr.png", "finetune_tuned.png", "finetune_distance.png"):
         assert (out / "figures" / name).stat().st_size > 10_000
     corpus = pd.read_parquet(out / "data" / "corpus.parquet")
     assert set(corpus["split"]) == {"train", "validation", "test"}
     sens = pd.read_parquet(out / "analysis" / "sensitivity.parquet")
-    assert set(sens["gamma"]) == set(cfg["perturb"]["gammas"])
+    assert set(sens.loc[sens["modification"] == "gaussian", "gamma"]) == set(cfg["perturb"]["gammas"])
+    assert set(sens.loc[sens["modification"] == "sft", "learning_rate"]) == set(cfg["finetune"]["learning_rates"])
 
 
 def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
@@ -58,17 +72,19 @@ def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
     "change, expected",
     [
         ({}, {}),
-        ({"perturb.gammas": [2, 6, 4]}, {"perturb": 3, "metrics": 1, "analysis": 1, "figures": 1, "all": 1}),
-        ({"perturb.seeds": [0, 1, 2]}, {"perturb": 3, "metrics": 1, "analysis": 1, "figures": 1, "all": 1}),
-        (
-            {"pretrain.budgets": [16384, 65536, 262144, 131072]},
-            {"pretrain": 1, "perturb": 1, "metrics": 1, "analysis": 1, "figures": 1, "loss_curves": 1, "all": 1},
-        ),
-        ({"pretrain.lr": 0.02}, {"pretrain": 3, "perturb": 3, "metrics": 1, "analysis": 1, "figures": 1, "loss_curves": 1, "all": 1}),
+        ({"perturb.gammas": [2, 6, 4]}, {"perturb": 3, **AGG}),
+        ({"perturb.seeds": [0, 1, 2]}, {"perturb": 3, **AGG}),
+        ({"pretrain.budgets": [16384, 65536, 262144, 131072]}, {"pretrain": 1, "perturb": 1, "task_base": 2, "finetune": 2, "loss_curves": 1, **AGG}),
+        ({"pretrain.lr": 0.02}, {"pretrain": 3, "perturb": 3, "task_base": 6, "finetune": 6, "loss_curves": 1, **AGG}),
         ({"pretrain.log_every": 7, "pretrain.checkpoint_every": 33}, {}),  # cadence does not change numbers
-        ({"analysis.bootstrap": 50}, {"analysis": 1, "figures": 1, "all": 1}),
+        ({"analysis.bootstrap": 50}, {"analysis": 1, "figures": 1, "finetune_figures": 1}),
+        ({"finetune.learning_rates": [3.0e-3, 1.0e-3]}, {"finetune": 6, **AGG}),  # the new LR on 3 checkpoints x 2 tasks
+        ({"finetune.learning_rates": [1.0e-3]}, {"finetune": 6, **AGG}),  # a changed LR: its jobs only, no task_base
+        ({"finetune.max_steps": 12}, {"finetune": 6, **AGG}),
+        ({"finetune.tasks.mr.max_items.train": 300}, {"task_data": 1, "task_base": 3, "finetune": 3, **AGG}),
+        ({"finetune.log_every": 3, "finetune.checkpoint_every": 5}, {}),
     ],
-    ids=["nothing", "add-gamma", "add-seed", "add-budget", "change-lr", "logging-only", "bootstrap"],
+    ids=["nothing", "add-gamma", "add-seed", "add-budget", "change-lr", "logging-only", "bootstrap", "add-ft-lr", "change-ft-lr", "ft-steps", "task-data", "ft-cadence"],
 )
 def test_config_change_reruns_exactly_the_touched_jobs(smoke_run, tmp_path, change, expected):
     cfg = write_config(tmp_path, smoke_config(study=STUDY, **change))

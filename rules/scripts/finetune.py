@@ -7,6 +7,9 @@ from pipeline.tables import write_metrics
 setup_logging(snakemake.log[0])
 set_threads(snakemake.threads)
 wc = snakemake.wildcards
+# logging / resume-state cadence is read from the config, not params: changing it reruns nothing
+ft = snakemake.config["finetune"]
+cadence = {"checkpoint_every": ft.get("checkpoint_every", 200), "log_every": ft.get("log_every", 50)}
 rows = finetune_run(
     CheckpointSpec(**snakemake.params.spec),
     path=snakemake.input.checkpoint[0] if snakemake.input.checkpoint else None,
@@ -14,7 +17,7 @@ rows = finetune_run(
     task_name=wc.task,
     corpus_path=snakemake.input.corpus,
     eval_cfg=snakemake.params.eval,
-    cfg=FinetuneConfig(**snakemake.params.hp, **snakemake.params.cadence),
+    cfg=FinetuneConfig(**snakemake.params.hp, **cadence),
     learning_rate=float(wc.lr),
     lambda_reg=float(wc.lam),
     seed=int(wc.seed),

@@ -4,10 +4,10 @@ import logging
 from pipeline.finetune_data import task_frame
 from pipeline.io import write_parquet
 from pipeline.runtime import setup_logging
-from pipeline.tasks import load_task
+from pipeline.tasks import load_task, task_stats
 
 setup_logging(snakemake.log[0])
 task = load_task(snakemake.wildcards.task, snakemake.params.cfg)
 df = task_frame(task)
 write_parquet(snakemake.output[0], df)
-logging.info("task %s (%s) from %s: %s", task.name, task.kind, task.source, df["split"].value_counts().to_dict())
+logging.info("task %s: %s", task.name, task_stats(task))
