@@ -6,8 +6,6 @@ rule corpus:
         corpus_packages,
     output:
         study_path("data/corpus.parquet"),
-    params:
-        corpus=config["corpus"],
     log:
         study_path("logs/corpus.log"),
     benchmark:
@@ -16,8 +14,9 @@ rule corpus:
         "../envs/overtrain.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=30,
+        **fixed_resources(4000, 30),
+    params:
+        corpus=config["corpus"],
     script:
         "scripts/corpus.py"
 
@@ -27,8 +26,6 @@ rule tokenizer:
         corpus=study_path("data/corpus.parquet"),
     output:
         study_path("tokenizer/tokenizer.json"),
-    params:
-        tokenizer=config["tokenizer"],
     log:
         study_path("logs/tokenizer.log"),
     benchmark:
@@ -37,8 +34,9 @@ rule tokenizer:
         "../envs/overtrain.yaml"
     threads: 2
     resources:
-        mem_mb=4000,
-        runtime=30,
+        **fixed_resources(4000, 30),
+    params:
+        tokenizer=config["tokenizer"],
     script:
         "scripts/tokenizer.py"
 
@@ -57,7 +55,6 @@ rule tokenize_train:
         "../envs/overtrain.yaml"
     threads: 2
     resources:
-        mem_mb=4000,
-        runtime=30,
+        **fixed_resources(4000, 30),
     script:
         "scripts/tokenize_train.py"
