@@ -79,6 +79,7 @@ class Cluster:
         if missing:
             raise RuntimeError(f"CI=true but SLURM cannot run here, missing: {', '.join(missing)}; run `make apt-packages` as root")
         self.root.chmod(0o755)
+        (self.root / "owner.pid").write_text(str(os.getpid()))
         munge = self.root / "munge"
         munge.mkdir(mode=0o755)
         key = munge / "munge.key"
@@ -191,23 +192,52 @@ class Cluster:
         return leftovers
 
 
-def _marked_pids(value: str) -> list[int]:
-    """Processes (other than this one) whose environment has MARKER=value: started by this module."""
-    needle = f"{MARKER}={value}".encode()
-    pids = []
+def _marked() -> dict[int, str]:
+    """pid -> cluster directory of every process (other than this one) whose environment has
+    MARKER: started by this module, in this session or an earlier one."""
+    prefix = f"{MARKER}=".encode()
+    found = {}
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit() and int(proc.name) != os.getpid():
             try:
-                if needle in (proc / "environ").read_bytes().split(b"\0"):
-                    pids.append(int(proc.name))
+                env = (proc / "environ").read_bytes().split(b"\0")
             except OSError:
+                continue
+            for var in env:
+                if var.startswith(prefix):
+                    found[int(proc.name)] = var[len(prefix) :].decode(errors="replace")
+    return found
+
+
+def _marked_pids(value: str) -> list[int]:
+    return [pid for pid, root in _marked().items() if root == value]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _reap_stale_clusters() -> None:
+    """Kill what an earlier test session left running (killed before its finalizer ran): test
+    cluster processes whose owning pytest process (owner.pid in their directory) is gone."""
+    for pid, root in _marked().items():
+        owner = Path(root, "owner.pid")
+        if not (owner.is_file() and _alive(int(owner.read_text()))):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
                 pass
-    return pids
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def cluster(request):
     # not under pytest's 0700 tmp dir: munged runs as the munge user and must reach its socket
+    _reap_stale_clusters()
     c = Cluster(Path(tempfile.mkdtemp(prefix="overtrain-slurm-")))
     request.addfinalizer(lambda: _stop_and_check(c))
     c.start()
