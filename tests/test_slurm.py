@@ -92,14 +92,18 @@ class Cluster:
         srun = self.root / "bin" / "srun"
         srun.write_text(f'#!/bin/sh\nSLURM_CONF={self.conf} exec {shutil.which("srun")} "$@"\n')
         srun.chmod(0o755)
-        host = socket.gethostname().split(".")[0]
-        mem_mb = int(int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1)) / 1024 * 0.9)
-        cpus = os.cpu_count() or 1
+        # the node as slurmd sees this machine (CPUs, sockets, cores, threads), 90% of its memory
+        probe = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+        keep = ("NodeName", "CPUs", "Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore", "RealMemory")
+        hw = {k: v for k, v in (kv.split("=", 1) for kv in probe.split() if "=" in kv) if k in keep}
+        host = hw.pop("NodeName")
+        hw["RealMemory"] = str(int(int(hw["RealMemory"]) * 0.9))
+        node = " ".join(f"{k}={v}" for k, v in hw.items())
         self.conf.write_text(
             "\n".join(
                 [
                     "ClusterName=overtrainci",
-                    f"SlurmctldHost={host}",
+                    f"SlurmctldHost={host}(127.0.0.1)",  # no name resolution needed
                     f"SlurmctldPort={_free_port()}",
                     f"SlurmdPort={_free_port()}",
                     "AuthType=auth/munge",
@@ -124,7 +128,7 @@ class Cluster:
                     "ReturnToService=2",
                     "MinJobAge=600",  # squeue keeps finished jobs for the executor's status checks
                     "SchedulerParameters=sched_interval=2",
-                    f"NodeName={host} CPUs={cpus} RealMemory={mem_mb} State=UNKNOWN",
+                    f"NodeName={host} NodeAddr=127.0.0.1 {node} State=UNKNOWN",
                     f"PartitionName={self.partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
                     "",
                 ]
