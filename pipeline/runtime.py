@@ -32,7 +32,8 @@ def set_threads(threads: int | None) -> int:
     if slurm_cpus:
         n = min(n, int(slurm_cpus))
     torch.set_num_threads(max(1, n))
-    logging.getLogger(__name__).info("torch threads: %d (rule threads %s, SLURM_CPUS_PER_TASK %s)", torch.get_num_threads(), threads, slurm_cpus or "unset")
+    log = logging.getLogger(__name__)
+    log.info("torch threads: %d (rule threads %s, SLURM_CPUS_PER_TASK %s)", torch.get_num_threads(), threads, slurm_cpus or "unset")
     return torch.get_num_threads()
 
 

@@ -281,7 +281,8 @@ def cluster_run(cluster, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cluster-run")
     shutil.rmtree(ROOT / "results" / STUDY, ignore_errors=True)
     cfg = write_config(tmp, smoke_config(study=STUDY))
-    args = cluster_args(cluster, tmp) + ["--set-threads", "pretrain=2", "perturb=2", "--set-resources", "pretrain:cpus_per_task=1", "perturb:cpus_per_task=1"]
+    threads = ["--set-threads", "pretrain=2", "perturb=2", "--set-resources", "pretrain:cpus_per_task=1", "perturb:cpus_per_task=1"]
+    args = cluster_args(cluster, tmp) + threads
     t0 = time.monotonic()
     res = snakemake(cfg, *args, env=cluster.env, timeout=540)
     seconds = time.monotonic() - t0
