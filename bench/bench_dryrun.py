@@ -2,7 +2,8 @@
 
 3 sizes (olmo-15m/30m/90m) x 6 budgets (4B..128B tokens, Appendix C.1) x 10 gammas x 3 seeds:
 18 pre-training jobs and 18 perturbation jobs (each evaluates its checkpoint's 31 cells),
-plus aggregation. usage: python bench/bench_dryrun.py
+plus aggregation; then the same DAG through the cluster profile (profiles/slurm, device cuda:
+GPU resources, job groups, attempt-scaled resources are evaluated). usage: python bench/bench_dryrun.py
 """
 
 from __future__ import annotations
@@ -27,17 +28,25 @@ def paper_scale_config() -> dict:
     return cfg
 
 
+def dry_run(config: Path, *extra: str) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "all", "--configfile", str(config), "--quiet", "rules", *extra]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if res.returncode != 0:
+        sys.exit(res.stdout[-2000:] + res.stderr[-3000:])
+    return seconds, res.stdout.strip()
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.yaml"
         path.write_text(yaml.safe_dump(paper_scale_config()))
-        t0 = time.perf_counter()
-        res = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "all", "--configfile", str(path), "--quiet", "rules"], cwd=ROOT, capture_output=True, text=True)
-        seconds = time.perf_counter() - t0
-    if res.returncode != 0:
-        sys.exit(res.stderr[-3000:])
-    print(res.stdout.strip())
+        seconds, jobs = dry_run(path)
+        profile_seconds, _ = dry_run(path, "--workflow-profile", str(ROOT / "profiles" / "slurm"), "--config", "device=cuda")
+    print(jobs)
     print(f"dry run of the paper-scale grid: {seconds:.1f} s")
+    print(f"dry run of the paper-scale grid through profiles/slurm (device cuda): {profile_seconds:.1f} s")
 
 
 if __name__ == "__main__":

@@ -28,9 +28,12 @@ def set_threads(threads: int | None) -> int:
     """
     torch.set_flush_denormal(True)
     n = threads or 1
-    if os.environ.get("SLURM_CPUS_PER_TASK"):
-        n = min(n, int(os.environ["SLURM_CPUS_PER_TASK"]))
+    slurm_cpus = os.environ.get("SLURM_CPUS_PER_TASK")
+    if slurm_cpus:
+        n = min(n, int(slurm_cpus))
     torch.set_num_threads(max(1, n))
+    log = logging.getLogger(__name__)
+    log.info("torch threads: %d (rule threads %s, SLURM_CPUS_PER_TASK %s)", torch.get_num_threads(), threads, slurm_cpus or "unset")
     return torch.get_num_threads()
 
 

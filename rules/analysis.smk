@@ -6,9 +6,6 @@ rule metrics:
         metric_parts(),
     output:
         study_path("metrics.parquet"),
-    params:
-        config=provenance_config(),
-        repo=workflow.basedir,
     log:
         study_path("logs/metrics.log"),
     benchmark:
@@ -17,8 +14,10 @@ rule metrics:
         "../envs/overtrain.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        **fixed_resources(2000, 10),
+    params:
+        config=provenance_config(),
+        repo=workflow.basedir,
     script:
         "scripts/metrics.py"
 
@@ -30,10 +29,6 @@ rule analysis:
         deltas=study_path("analysis/deltas.parquet"),
         sensitivity=study_path("analysis/sensitivity.parquet"),
         inflection=study_path("analysis/inflection.parquet"),
-    params:
-        bootstrap=config["analysis"]["bootstrap"],
-        seed=config["analysis"]["seed"],
-        ci=config["analysis"]["ci"],
     log:
         study_path("logs/analysis.log"),
     benchmark:
@@ -42,8 +37,11 @@ rule analysis:
         "../envs/overtrain.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        **fixed_resources(2000, 10),
+    params:
+        bootstrap=config["analysis"]["bootstrap"],
+        seed=config["analysis"]["seed"],
+        ci=config["analysis"]["ci"],
     script:
         "scripts/analysis.py"
 
@@ -54,8 +52,16 @@ rule figures:
         deltas=study_path("analysis/deltas.parquet"),
         inflection=study_path("analysis/inflection.parquet"),
     output:
-        sensitivity=expand(study_path("figures/progressive_sensitivity.{ext}"), ext=FORMATS),
-        inflection=expand(study_path("figures/inflection_point.{ext}"), ext=FORMATS),
+        sensitivity=report(
+            expand(study_path("figures/progressive_sensitivity.{ext}"), ext=FORMATS),
+            caption="../report/progressive_sensitivity.rst",
+            category="Gaussian perturbations",
+        ),
+        inflection=report(
+            expand(study_path("figures/inflection_point.{ext}"), ext=FORMATS),
+            caption="../report/inflection_point.rst",
+            category="Gaussian perturbations",
+        ),
     log:
         study_path("logs/figures.log"),
     benchmark:
@@ -64,8 +70,7 @@ rule figures:
         "../envs/overtrain.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        **fixed_resources(2000, 10),
     script:
         "scripts/figures.py"
 
@@ -74,7 +79,11 @@ rule loss_curves:
     input:
         pretrain_dirs(),
     output:
-        expand(study_path("figures/pretrain_loss.{ext}"), ext=FORMATS),
+        report(
+            expand(study_path("figures/pretrain_loss.{ext}"), ext=FORMATS),
+            caption="../report/pretrain_loss.rst",
+            category="Pre-training",
+        ),
     log:
         study_path("logs/loss_curves.log"),
     benchmark:
@@ -83,7 +92,6 @@ rule loss_curves:
         "../envs/overtrain.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        **fixed_resources(2000, 10),
     script:
         "scripts/loss_curves.py"

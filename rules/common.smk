@@ -98,13 +98,29 @@ def provenance_config():
     return {k: ({kk: vv for kk, vv in v.items() if kk not in skip} if isinstance(v, dict) else v) for k, v in cfg.items()}
 
 
-def preset_resources(stage):
-    """resources: callables sized from the job's model preset."""
-    def get(wildcards, key):
-        preset = wildcards.model if hasattr(wildcards, "model") else CHECKPOINTS[wildcards.checkpoint].model
-        return job_resources(preset, stage, "cuda" if gpu_count() else "cpu")[key]
+def job_preset(wildcards):
+    """The model preset of a job on one model (pretrain) or one checkpoint (perturb, ...)."""
+    return wildcards.model if hasattr(wildcards, "model") else CHECKPOINTS[wildcards.checkpoint].model
 
-    return {k: (lambda wc, k=k: get(wc, k)) for k in ("mem_mb", "runtime", "gpu")}
+
+def preset_resources(stage):
+    """resources: callables sized from the job's model preset; mem_mb and runtime grow with the
+    attempt (`--retries`, profiles/slurm), so a job killed for memory or time comes back larger."""
+
+    def get(wildcards, key, attempt=1):
+        value = job_resources(job_preset(wildcards), stage, "cuda" if gpu_count() else "cpu")[key]
+        return value if key == "gpu" else value * attempt
+
+    return {
+        "mem_mb": lambda wc, attempt: get(wc, "mem_mb", attempt),
+        "runtime": lambda wc, attempt: get(wc, "runtime", attempt),
+        "gpu": lambda wc: get(wc, "gpu"),
+    }
+
+
+def fixed_resources(mem_mb, runtime):
+    """resources of a preset-independent job: mem_mb and runtime (minutes) times the attempt."""
+    return {"mem_mb": lambda wc, attempt: mem_mb * attempt, "runtime": lambda wc, attempt: runtime * attempt}
 
 
 def checkpoint_dir(wildcards):
@@ -198,3 +214,56 @@ def all_outputs():
     if theory_enabled():
         out += theory_outputs()
     return out
+
+
+# Cluster execution (profiles/slurm): start-up checks that run before any job is submitted.
+CLUSTER_KEYS = ("slurm_account", "slurm_partition")
+
+
+def max_gpus(preset):
+    """GPUs one job can use: every stage runs its model on a single device (no model or data
+    parallelism), so 1 - and 0 with `device: cpu`."""
+    return 0 if DEVICE == "cpu" else 1
+
+
+def requested_gpus(resources):
+    """GPU count a job asks the scheduler for: `gpu` (2 or 'a100:2') or `gres` ('gpu:2', 'gpu:a100:2')."""
+    counts = []
+    for key in ("gpu", "gres"):
+        value = resources.get(key)
+        if value in (None, "", 0):
+            continue
+        text = str(value)
+        if key == "gres" and not text.startswith("gpu"):
+            continue
+        last = text.rsplit(":", 1)[-1]
+        counts.append(int(last) if last.isdigit() else 1)
+    return max(counts, default=0)
+
+
+def check_cluster_jobs(jobs, executor):
+    """Errors for a cluster run that cannot work: a profile placeholder left in a resource
+    (profiles/slurm/config.yaml ships `<ACCOUNT>` / `<PARTITION>`), or a job asking for more
+    GPUs than its model preset can use. Only under the slurm executor; the message names the key."""
+    if executor != "slurm":
+        return
+    for job in jobs:
+        resources, name = job.resources, job.rule.name
+        for key in CLUSTER_KEYS:
+            value = resources.get(key)
+            if isinstance(value, str) and value.startswith("<") and value.endswith(">"):
+                hint = " (or delete that line on a cluster without accounts)" if key == "slurm_account" else ""
+                raise WorkflowError(
+                    f"cluster profile: {key}={value!r} (job {name}) is still the placeholder of profiles/slurm/config.yaml; "
+                    f"set {key} under default-resources in the profile{hint}"
+                )
+        keys = job.wildcards.keys()
+        preset = job_preset(job.wildcards) if ("model" in keys or "checkpoint" in keys) else None
+        allowed = max_gpus(preset) if preset else 0
+        asked = requested_gpus(resources)
+        if asked > allowed:
+            what = f"a job of model preset {preset!r}" if preset else "this step (it runs no model)"
+            raise WorkflowError(
+                f"cluster profile: {name} asks for {asked} GPUs (resource gpu/gres), but {what} can use at most {allowed} "
+                f"(one device per job, none with device cpu); lower gpu for {name} under set-resources"
+            )

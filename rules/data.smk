@@ -6,8 +6,6 @@ rule corpus:
         corpus_packages,
     output:
         study_path("data/corpus.parquet"),
-    params:
-        corpus=config["corpus"],
     log:
         study_path("logs/corpus.log"),
     benchmark:
@@ -16,8 +14,9 @@ rule corpus:
         "../envs/overtrain.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=30,
+        **fixed_resources(4000, 30),
+    params:
+        corpus=config["corpus"],
     script:
         "scripts/corpus.py"
 
@@ -28,8 +27,6 @@ rule tokenizer:
         tasks=tokenizer_task_tables,
     output:
         study_path("tokenizer/tokenizer.json"),
-    params:
-        tokenizer=config["tokenizer"],
     log:
         study_path("logs/tokenizer.log"),
     benchmark:
@@ -38,8 +35,9 @@ rule tokenizer:
         "../envs/overtrain.yaml"
     threads: 2
     resources:
-        mem_mb=4000,
-        runtime=30,
+        **fixed_resources(4000, 30),
+    params:
+        tokenizer=config["tokenizer"],
     script:
         "scripts/tokenizer.py"
 
@@ -58,7 +56,6 @@ rule tokenize_train:
         "../envs/overtrain.yaml"
     threads: 2
     resources:
-        mem_mb=4000,
-        runtime=30,
+        **fixed_resources(4000, 30),
     script:
         "scripts/tokenize_train.py"

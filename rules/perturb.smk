@@ -8,13 +8,6 @@ rule perturb:
         corpus=study_path("data/corpus.parquet"),
     output:
         study_path("perturb/{checkpoint}.parquet"),
-    params:
-        spec=checkpoint_spec,
-        gammas=config["perturb"]["gammas"],
-        seeds=config["perturb"]["seeds"],
-        eval=config["eval"],
-        cache=lambda wc: study_path(f"perturb/.cells/{wc.checkpoint}"),
-        device=DEVICE,
     log:
         study_path("logs/perturb/{checkpoint}.log"),
     benchmark:
@@ -24,5 +17,12 @@ rule perturb:
     threads: config["perturb"].get("threads", 1)
     resources:
         **preset_resources("perturb"),
+    params:
+        spec=checkpoint_spec,
+        gammas=config["perturb"]["gammas"],
+        seeds=config["perturb"]["seeds"],
+        eval=config["eval"],
+        cache=lambda wc: study_path(f"perturb/.cells/{wc.checkpoint}"),
+        device=DEVICE,
     script:
         "scripts/perturb.py"

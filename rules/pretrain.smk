@@ -7,10 +7,6 @@ rule pretrain:
         tokenizer=study_path("tokenizer/tokenizer.json"),
     output:
         directory(study_path("pretrain/{model}/{budget}")),
-    params:
-        hp=pretrain_hparams(),
-        state=lambda wc: study_path(f"pretrain/.resume/{wc.model}-{wc.budget}.pt"),
-        device=DEVICE,
     log:
         study_path("logs/pretrain/{model}-{budget}.log"),
     benchmark:
@@ -20,5 +16,9 @@ rule pretrain:
     threads: config["pretrain"].get("threads", 1)
     resources:
         **preset_resources("pretrain"),
+    params:
+        hp=pretrain_hparams(),
+        state=lambda wc: study_path(f"pretrain/.resume/{wc.model}-{wc.budget}.pt"),
+        device=DEVICE,
     script:
         "scripts/pretrain.py"

@@ -3,10 +3,15 @@
 rule theory:
     output:
         metrics=study_path("theory/metrics.parquet"),
-        figures=[study_path(f"figures/{s}.{ext}") for s in FIGURE_STEMS for ext in FORMATS],
-    params:
-        cfg=lambda wc: config["theory"],
-        formats=FORMATS,
+        figures=[
+            report(
+                study_path(f"figures/{s}.{ext}"),
+                caption=f"../report/{s}.rst",
+                category="Theory: two-layer linear networks",
+            )
+            for s in FIGURE_STEMS
+            for ext in FORMATS
+        ],
     log:
         study_path("logs/theory.log"),
     benchmark:
@@ -15,7 +20,9 @@ rule theory:
         "../envs/overtrain.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        **fixed_resources(2000, 10),
+    params:
+        cfg=lambda wc: config["theory"],
+        formats=FORMATS,
     script:
         "scripts/theory.py"

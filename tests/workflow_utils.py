@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,8 +34,18 @@ def write_config(tmp_path: Path, cfg: dict, name: str = "config.yaml") -> Path:
     return path
 
 
-def snakemake(configfile: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([*SNAKEMAKE, "--configfile", str(configfile), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+def workflow_env(**extra: str) -> dict[str, str]:
+    """The environment of a Snakemake run: rule scripts import `pipeline` from this checkout
+    (PYTHONPATH first; an editable install of the package may point at another checkout)."""
+    env = {**os.environ, **extra}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def snakemake(configfile: Path, *args: str, timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*SNAKEMAKE, "--configfile", str(configfile), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env or workflow_env()
+    )
 
 
 def planned_jobs(configfile: Path) -> dict[str, int]:
@@ -46,3 +58,26 @@ def planned_jobs(configfile: Path) -> dict[str, int]:
         if m and m.group(1) != "total":
             jobs[m.group(1)] = int(m.group(2))
     return jobs
+
+
+SMOKE_STUDY = "ci-smoke"
+_local_smoke: dict[str, tuple[Path, Path, Path]] = {}
+
+
+def local_smoke_study(workdir: Path, study: str = SMOKE_STUDY) -> tuple[Path, Path, Path]:
+    """Run the smoke study locally (`--cores 2`) from scratch, once per test session, and return
+    (results dir, config file, copy of its metrics.parquet taken right after the run).
+
+    Test modules share the run (the cluster and report tests compare with it / report on it);
+    the copy stays the fresh run's numbers even after later tests add γ values to the study.
+    """
+    if study not in _local_smoke:
+        out = ROOT / "results" / study
+        shutil.rmtree(out, ignore_errors=True)
+        cfg_path = write_config(workdir, smoke_config(study=study))
+        res = snakemake(cfg_path, "--cores", "2")
+        assert res.returncode == 0, res.stderr[-5000:]
+        snapshot = workdir / "metrics.fresh.parquet"
+        shutil.copyfile(out / "metrics.parquet", snapshot)
+        _local_smoke[study] = (out, cfg_path, snapshot)
+    return _local_smoke[study]
