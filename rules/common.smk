@@ -160,7 +160,20 @@ def tokenizer_task_tables(wildcards):
 
 def finetune_hparams():
     """Every fine-tuning hyperparameter except the grid ones (those are wildcards)."""
-    keys = ["epochs", "max_steps", "batch_size", "micro_batch_size", "seq_len", "schedule", "warmup_fraction", "betas", "weight_decay", "grad_clip", "eval_batch_size", "eval_max_tokens"]
+    keys = [
+        "epochs",
+        "max_steps",
+        "batch_size",
+        "micro_batch_size",
+        "seq_len",
+        "schedule",
+        "warmup_fraction",
+        "betas",
+        "weight_decay",
+        "grad_clip",
+        "eval_batch_size",
+        "eval_max_tokens",
+    ]
     ft = finetune_config()
     return {k: ft[k] for k in keys if k in ft}
 

@@ -8,8 +8,6 @@ rule task_data:
         task_package_files,
     output:
         study_path("data/tasks/{task}.parquet"),
-    params:
-        cfg=task_config,
     log:
         study_path("logs/tasks/{task}.log"),
     benchmark:
@@ -18,8 +16,9 @@ rule task_data:
         "../envs/overtrain.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
-        runtime=30,
+        **fixed_resources(4000, 30),
+    params:
+        cfg=task_config,
     script:
         "scripts/task_data.py"
 
@@ -30,10 +29,6 @@ rule task_base:
         task=study_path("data/tasks/{task}.parquet"),
     output:
         study_path("finetune/{checkpoint}/{task}/base.parquet"),
-    params:
-        spec=checkpoint_spec,
-        hp={k: v for k, v in finetune_hparams().items() if k in ("seq_len", "eval_batch_size", "eval_max_tokens")},
-        device=DEVICE,
     log:
         study_path("logs/finetune/{checkpoint}/{task}/base.log"),
     benchmark:
@@ -43,6 +38,10 @@ rule task_base:
     threads: finetune_config().get("threads", 1)
     resources:
         **preset_resources("perturb"),
+    params:
+        spec=checkpoint_spec,
+        hp={k: v for k, v in finetune_hparams().items() if k in ("seq_len", "eval_batch_size", "eval_max_tokens")},
+        device=DEVICE,
     script:
         "scripts/task_base.py"
 
@@ -54,12 +53,6 @@ rule finetune:
         corpus=study_path("data/corpus.parquet"),
     output:
         study_path("finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.parquet"),
-    params:
-        spec=checkpoint_spec,
-        hp=finetune_hparams(),
-        eval=config["eval"],
-        state=study_path("finetune/.resume/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}"),
-        device=DEVICE,
     log:
         study_path("logs/finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.log"),
     benchmark:
@@ -69,6 +62,12 @@ rule finetune:
     threads: finetune_config().get("threads", 1)
     resources:
         **preset_resources("finetune"),
+    params:
+        spec=checkpoint_spec,
+        hp=finetune_hparams(),
+        eval=config["eval"],
+        state=study_path("finetune/.resume/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}"),
+        device=DEVICE,
     script:
         "scripts/finetune.py"
 
@@ -87,8 +86,7 @@ rule finetune_analysis:
         "../envs/overtrain.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        **fixed_resources(2000, 10),
     script:
         "scripts/finetune_analysis.py"
 
@@ -101,11 +99,21 @@ rule finetune_figures:
         tuned=study_path("analysis/finetune_tuned.parquet"),
         optimal_lr=study_path("analysis/finetune_optimal_lr.parquet"),
     output:
-        fixed=expand(study_path("figures/finetune_fixed_lr.{ext}"), ext=FORMATS),
-        tuned=expand(study_path("figures/finetune_tuned.{ext}"), ext=FORMATS),
-        distance=expand(study_path("figures/finetune_distance.{ext}"), ext=FORMATS),
-    params:
-        max_pretrain_ppl=config["analysis"].get("finetune_max_pretrain_ppl"),
+        fixed=report(
+            expand(study_path("figures/finetune_fixed_lr.{ext}"), ext=FORMATS),
+            caption="../report/finetune_fixed_lr.rst",
+            category="Fine-tuning",
+        ),
+        tuned=report(
+            expand(study_path("figures/finetune_tuned.{ext}"), ext=FORMATS),
+            caption="../report/finetune_tuned.rst",
+            category="Fine-tuning",
+        ),
+        distance=report(
+            expand(study_path("figures/finetune_distance.{ext}"), ext=FORMATS),
+            caption="../report/finetune_distance.rst",
+            category="Fine-tuning",
+        ),
     log:
         study_path("logs/finetune_figures.log"),
     benchmark:
@@ -114,7 +122,8 @@ rule finetune_figures:
         "../envs/overtrain.yaml"
     threads: 1
     resources:
-        mem_mb=2000,
-        runtime=10,
+        **fixed_resources(2000, 10),
+    params:
+        max_pretrain_ppl=config["analysis"].get("finetune_max_pretrain_ppl"),
     script:
         "scripts/finetune_figures.py"

@@ -20,7 +20,7 @@ FAST_THEORY = {
     "theory.finetune.batch_size": None,
     "theory.finetune.lambdas": [0.0, 2.0],
 }
-SWEEP_FIGURES = ["progressive_sensitivity", "inflection_point", "pretrain_loss"]
+SWEEP_FIGURES = ["progressive_sensitivity", "inflection_point", "pretrain_loss", "finetune_fixed_lr", "finetune_tuned", "finetune_distance"]
 THEORY_FIGURES = ["theory_perturbation", "theory_delta_pre", "theory_finetune_loss", "theory_lambda_sweep"]
 
 
