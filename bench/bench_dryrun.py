@@ -1,13 +1,16 @@
 """Wall time of a Snakemake dry run of a paper-scale grid.
 
 3 sizes (olmo-15m/30m/90m) x 6 budgets (4B..128B tokens, Appendix C.1) x 10 gammas x 3 seeds:
-18 pre-training jobs and 18 perturbation jobs (each evaluates its checkpoint's 31 cells),
-plus aggregation; then the same DAG through the cluster profile (profiles/slurm, device cuda:
-GPU resources, job groups, attempt-scaled resources are evaluated). usage: python bench/bench_dryrun.py
+18 pre-training jobs and 18 perturbation jobs (each evaluates its checkpoint's 31 cells), and the
+fine-tuning sweep: every shipped task (7) x Table 4's 27 learning rates x 3 seeds x lambdas, one job
+each (10,206 jobs per lambda), plus aggregation; then the same DAG through the cluster profile
+(profiles/slurm, device cuda: GPU resources, job groups, attempt-scaled resources are evaluated).
+usage: python bench/bench_dryrun.py [--lambdas 0 0.1]
 """
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import tempfile
@@ -19,12 +22,14 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def paper_scale_config() -> dict:
+def paper_scale_config(lambdas: list[float] = (0.0,)) -> dict:
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     cfg["study"] = "bench-paper-scale"
     cfg["pretrain"].update(presets=["olmo-15m", "olmo-30m", "olmo-90m"], budgets=[int(b * 1e9) for b in (4, 8, 16, 32, 64, 128)], seq_len=1024, batch_size=256, lr=3e-4)
     cfg["perturb"].update(gammas=[0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 6, 8], seeds=[0, 1, 2])
     cfg["tokenizer"].update(vocab_size=50304)
+    tasks = ["code", "gsm8k", "siqa", "boolq", "rte", "sst2", "mr"]
+    cfg["finetune"].update(tasks={t: {} for t in tasks}, learning_rates="paper", seeds=[0, 1, 2], lambdas=list(lambdas), batch_size=64, max_steps=None, seq_len=1024)
     return cfg
 
 
@@ -39,9 +44,12 @@ def dry_run(config: Path, *extra: str) -> tuple[float, str]:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lambdas", type=float, nargs="+", default=[0.0], help="proximal strengths (each adds 10,206 fine-tuning jobs)")
+    args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.yaml"
-        path.write_text(yaml.safe_dump(paper_scale_config()))
+        path.write_text(yaml.safe_dump(paper_scale_config(args.lambdas)))
         seconds, jobs = dry_run(path)
         profile_seconds, _ = dry_run(path, "--workflow-profile", str(ROOT / "profiles" / "slurm"), "--config", "device=cuda")
     print(jobs)
