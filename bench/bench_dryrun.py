@@ -22,13 +22,15 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def paper_scale_config(lambdas: list[float] = (0.0,)) -> dict:
+TASKS = ["code", "gsm8k", "siqa", "boolq", "rte", "sst2", "mr"]
+
+
+def paper_scale_config(lambdas: list[float] = (0.0,), tasks: list[str] = TASKS) -> dict:
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     cfg["study"] = "bench-paper-scale"
     cfg["pretrain"].update(presets=["olmo-15m", "olmo-30m", "olmo-90m"], budgets=[int(b * 1e9) for b in (4, 8, 16, 32, 64, 128)], seq_len=1024, batch_size=256, lr=3e-4)
     cfg["perturb"].update(gammas=[0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 6, 8], seeds=[0, 1, 2])
     cfg["tokenizer"].update(vocab_size=50304)
-    tasks = ["code", "gsm8k", "siqa", "boolq", "rte", "sst2", "mr"]
     cfg["finetune"].update(tasks={t: {} for t in tasks}, learning_rates="paper", seeds=[0, 1, 2], lambdas=list(lambdas), batch_size=64, max_steps=None, seq_len=1024)
     return cfg
 
@@ -46,10 +48,11 @@ def dry_run(config: Path, *extra: str) -> tuple[float, str]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--lambdas", type=float, nargs="+", default=[0.0], help="proximal strengths (each adds 10,206 fine-tuning jobs)")
+    ap.add_argument("--tasks", nargs="+", default=TASKS, help="fine-tuning tasks (each adds 1,458 jobs per lambda)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.yaml"
-        path.write_text(yaml.safe_dump(paper_scale_config(args.lambdas)))
+        path.write_text(yaml.safe_dump(paper_scale_config(args.lambdas, args.tasks)))
         seconds, jobs = dry_run(path)
         profile_seconds, _ = dry_run(path, "--workflow-profile", str(ROOT / "profiles" / "slurm"), "--config", "device=cuda")
     print(jobs)

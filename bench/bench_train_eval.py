@@ -1,51 +1,83 @@
 """Throughput of the pipeline's training loop and perplexity evaluation vs the libraries.
 
 Prints tokens/s of (1) pipeline.train.train vs transformers.Trainer on the same model,
-data, batch, schedule and thread count, and (2) pipeline.evaluate.eval_perplexity vs
-lm-eval's HFLM.loglikelihood_rolling on the same model and text (and their bits/byte).
-Runs alternate (ours, theirs, ours, theirs, ...) and report medians, because run-to-run
-noise on a shared 2-core machine is large. Also reports the denormal-flush effect.
+data, batch, schedule, optimiser and thread count, and (2) pipeline.evaluate.eval_perplexity
+vs lm-eval's HFLM.loglikelihood_rolling on the same model and text (and their bits/byte).
 
-usage: python bench/bench_train_eval.py [--threads 2] [--steps 60] [--repeats 3]
+Every timed run is a fresh Python process (as every pipeline job is), after a short untimed
+warm-up inside it; runs alternate (ours, theirs, ours, theirs, ...) and the medians are
+reported, because run-to-run noise on a shared 2-core machine is large. Separate processes
+matter: in one process, a run of the full-logits loss (the Trainer's) leaves the C allocator
+in a state that made later runs of the pipeline's loop ~25% slower, while the Trainer's own
+time did not depend on what ran before it.
+
+Also reports the share of a forward+backward step spent in the output layer + loss with full
+logits vs the chunked fused head (pipeline/losses.py), and the denormal-flush effect.
+
+usage: python bench/bench_train_eval.py [--threads 2] [--steps 60] [--repeats 3] [--eval-repeats 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from pipeline.corpus import load_embedded
-from pipeline.evaluate import build_eval_set, eval_perplexity
-from pipeline.models import build_model, model_config
-from pipeline.tokenizer import as_hf_tokenizer, encode_documents, token_stream, train_bpe
-from pipeline.train import ChunkSampler, TrainConfig, train
-
 ROOT = Path(__file__).resolve().parents[1]
 SEQ, BATCH = 128, 16
+EVAL_BATCH = 64
 
 
-def make_data(tmp: Path):
+# ---------------------------------------------------------------- shared data (parent process)
+
+
+def prepare(tmp: Path) -> None:
+    """Tokenizer, training tokens, held-out text and a trained model for evaluation, under `tmp`."""
+    from pipeline.corpus import load_embedded
+    from pipeline.tokenizer import as_hf_tokenizer, token_stream, train_bpe
+    from pipeline.train import ChunkSampler, TrainConfig, train
+
     docs = load_embedded("moby_dick", ROOT / "data" / "packages")
     tok = train_bpe([d.text for d in docs[:100]], vocab_size=2048)
     tok.save(str(tmp / "tokenizer.json"))
     hf = as_hf_tokenizer(tmp / "tokenizer.json")
-    train_tokens = token_stream(hf, [d.text for d in docs[:100]])
-    heldout = [d.text for d in docs[100:130]]
-    return hf, train_tokens, heldout
+    tokens = token_stream(hf, [d.text for d in docs[:100]])
+    np.save(tmp / "tokens.npy", tokens)
+    (tmp / "heldout.json").write_text(json.dumps([d.text for d in docs[100:130]]))
+    model = fresh_model(hf)
+    train(model, ChunkSampler(tokens, SEQ, BATCH, seed=0).batch, TrainConfig(steps=100, lr=3e-2, log_every=10**9))
+    torch.save(model.state_dict(), tmp / "eval_model.pt")
+
+
+def load(tmp: Path):
+    from pipeline.tokenizer import as_hf_tokenizer
+
+    hf = as_hf_tokenizer(tmp / "tokenizer.json")
+    return hf, np.load(tmp / "tokens.npy"), json.loads((tmp / "heldout.json").read_text())
 
 
 def fresh_model(hf):
+    from pipeline.models import build_model, model_config
+
     return build_model(model_config("tiny", len(hf), hf.eos_token_id, hf.pad_token_id), seed=0)
 
 
+# ---------------------------------------------------------------- one measurement (child process)
+
+
 def ours_train(hf, tokens, steps: int) -> float:
+    from pipeline.train import ChunkSampler, TrainConfig, train
+
     model = fresh_model(hf)
     sampler = ChunkSampler(tokens, SEQ, BATCH, seed=0)
     res = train(model, sampler.batch, TrainConfig(steps=steps, lr=3e-2, log_every=10**9, checkpoint_every=10**9))
@@ -54,6 +86,8 @@ def ours_train(hf, tokens, steps: int) -> float:
 
 def trainer_train(hf, tokens, steps: int, tmp: Path) -> float:
     from transformers import Trainer, TrainingArguments
+
+    from pipeline.train import ChunkSampler
 
     sampler = ChunkSampler(tokens, SEQ, BATCH, seed=0)
 
@@ -76,23 +110,111 @@ def trainer_train(hf, tokens, steps: int, tmp: Path) -> float:
     return steps * SEQ * BATCH / out.metrics["train_runtime"]
 
 
-def eval_pair(hf, model, texts: list[str]) -> tuple[float, float, float, float]:
+def eval_model(hf, tmp: Path):
+    model = fresh_model(hf)
+    model.load_state_dict(torch.load(tmp / "eval_model.pt"))
+    return model.eval()
+
+
+def ours_eval(hf, model, texts: list[str]) -> dict:
+    """eval_perplexity on pre-encoded text (the pipeline encodes the held-out set once per job);
+    the encoding time is reported separately."""
+    from pipeline.evaluate import build_eval_set, eval_perplexity
+    from pipeline.tokenizer import encode_documents
+
+    t0 = time.perf_counter()
+    docs = encode_documents(hf, texts)
+    t_encode = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    data = build_eval_set(docs, texts, hf.eos_token_id, SEQ, hf.pad_token_id)
+    out = eval_perplexity(model, data, batch_size=EVAL_BATCH)
+    t = time.perf_counter() - t0
+    n = sum(map(len, docs))
+    return {"rate": n / t, "rate_with_encoding": n / (t + t_encode), "bpb": out["bpb"]}
+
+
+def lm_eval_eval(hf, model, texts: list[str]) -> dict:
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
 
-    docs = encode_documents(hf, texts)
-    n_tokens = sum(map(len, docs))
-    t0 = time.perf_counter()
-    data = build_eval_set(docs, texts, hf.eos_token_id, SEQ, hf.pad_token_id)
-    ours = eval_perplexity(model, data, batch_size=64)
-    t_ours = time.perf_counter() - t0
-    lm = HFLM(pretrained=model, tokenizer=hf, max_length=SEQ, batch_size=64)
+    from pipeline.tokenizer import encode_documents
+
+    n = sum(map(len, encode_documents(hf, texts)))
+    lm = HFLM(pretrained=model, tokenizer=hf, max_length=SEQ, batch_size=EVAL_BATCH)
     reqs = [Instance(request_type="loglikelihood_rolling", doc={}, arguments=(t,), idx=i) for i, t in enumerate(texts)]
     t0 = time.perf_counter()
     loglik = sum(lm.loglikelihood_rolling(reqs, disable_tqdm=True))
-    t_theirs = time.perf_counter() - t0
-    bpb_theirs = -loglik / sum(len(t.encode()) for t in texts) / math.log(2)
-    return n_tokens / t_ours, n_tokens / t_theirs, ours["bpb"], bpb_theirs
+    t = time.perf_counter() - t0
+    return {"rate": n / t, "bpb": -loglik / sum(len(t.encode()) for t in texts) / math.log(2)}
+
+
+def loss_share(hf, tokens, reps: int) -> dict:
+    """Share of one forward+backward step (one batch) spent in the output layer + loss:
+    full logits + F.cross_entropy vs the chunked fused head; medians of alternating runs."""
+    from pipeline.losses import body_hidden, fused_linear_cross_entropy
+    from pipeline.train import ChunkSampler, lm_loss
+
+    model = fresh_model(hf)
+    batch = ChunkSampler(tokens, SEQ, BATCH, seed=0).batch(0)
+    x, y = batch["input_ids"], batch["labels"]
+
+    def body_only():
+        body_hidden(model.model, x).sum().backward()
+
+    def full_logits():
+        lm_loss(model(input_ids=x, use_cache=False).logits, y).backward()
+
+    def fused():
+        fused_linear_cross_entropy(body_hidden(model.model, x), model.lm_head.weight, y).backward()
+
+    times: dict = {f: [] for f in (body_only, full_logits, fused)}
+    for rep in range(reps + 1):
+        for f in times:
+            t0 = time.perf_counter()
+            f()
+            if rep:  # the first round warms up
+                times[f].append(time.perf_counter() - t0)
+            model.zero_grad(set_to_none=True)
+    body, full, ours = (statistics.median(v) for v in times.values())
+    return {"full": (full - body) / full, "fused": (ours - body) / ours, "step_full_ms": 1e3 * full, "step_fused_ms": 1e3 * ours}
+
+
+def child(task: str, tmp: Path, threads: int, steps: int, flush_denormal: bool) -> dict:
+    """One timed measurement after an untimed warm-up of the same code path."""
+    logging.basicConfig(level=logging.WARNING)
+    torch.set_num_threads(threads)
+    torch.set_flush_denormal(flush_denormal)
+    hf, tokens, heldout = load(tmp)
+    if task == "train-ours":
+        ours_train(hf, tokens, 5)
+        return {"rate": ours_train(hf, tokens, steps)}
+    if task == "train-trainer":
+        trainer_train(hf, tokens, 5, tmp)
+        return {"rate": trainer_train(hf, tokens, steps, tmp)}
+    if task == "eval-ours":
+        model = eval_model(hf, tmp)
+        ours_eval(hf, model, heldout[:3])
+        return ours_eval(hf, model, heldout)
+    if task == "eval-lm-eval":
+        model = eval_model(hf, tmp)
+        lm_eval_eval(hf, model, heldout[:3])
+        return lm_eval_eval(hf, model, heldout)
+    if task == "loss-share":
+        return loss_share(hf, tokens, reps=10)
+    raise ValueError(task)
+
+
+# ---------------------------------------------------------------- orchestration (parent process)
+
+
+def run_child(task: str, tmp: Path, args, flush_denormal: bool = True) -> dict:
+    cmd = [sys.executable, __file__, "--child", task, "--data", str(tmp), "--threads", str(args.threads), "--steps", str(args.steps)]
+    if not flush_denormal:
+        cmd.append("--no-flush-denormal")
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{task} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -100,34 +222,48 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--eval-repeats", type=int, default=5, help="evaluation runs are short (~1 s), so more of them")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--data", help=argparse.SUPPRESS)
+    ap.add_argument("--no-flush-denormal", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, Path(args.data), args.threads, args.steps, not args.no_flush_denormal)))
+        return
+
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(args.threads)
     torch.set_flush_denormal(True)
-    import tempfile
-
     tmp = Path(tempfile.mkdtemp(prefix="bench-"))
-    hf, tokens, heldout = make_data(tmp)
-    print(f"tiny Olmo2 ({sum(p.numel() for p in fresh_model(hf).parameters()) / 1e6:.2f}M params), batch {BATCH}x{SEQ}, {args.threads} threads, {args.steps} steps")
+    prepare(tmp)
+    hf, _, _ = load(tmp)
+    print(f"tiny Olmo2 ({sum(p.numel() for p in fresh_model(hf).parameters()) / 1e6:.2f}M params), batch {BATCH}x{SEQ}, "
+          f"{args.threads} threads, {args.steps} steps; each run in a fresh process")
 
     ours, theirs = [], []
     for _ in range(args.repeats):
-        ours.append(ours_train(hf, tokens, args.steps))
-        theirs.append(trainer_train(hf, tokens, args.steps, tmp))
+        ours.append(run_child("train-ours", tmp, args)["rate"])
+        theirs.append(run_child("train-trainer", tmp, args)["rate"])
     o, t = statistics.median(ours), statistics.median(theirs)
     print(f"train  pipeline loop {o:8.0f} tok/s | HF Trainer {t:8.0f} tok/s | ratio {o / t:.2f}x  (target >= 1.5x)")
+    print(f"train  runs: pipeline {' '.join(f'{r:.0f}' for r in ours)} | Trainer {' '.join(f'{r:.0f}' for r in theirs)}")
 
-    torch.set_flush_denormal(False)
-    nodenorm = statistics.median(ours_train(hf, tokens, args.steps) for _ in range(max(1, args.repeats - 1)))
-    torch.set_flush_denormal(True)
+    nodenorm = statistics.median(run_child("train-ours", tmp, args, flush_denormal=False)["rate"] for _ in range(max(1, args.repeats - 1)))
     print(f"train  pipeline loop without denormal flush {nodenorm:8.0f} tok/s ({o / nodenorm:.2f}x slower)")
+    share = run_child("loss-share", tmp, args)
+    print(f"train  output layer + loss share of one fwd+bwd step: full logits {share['full']:.0%} of {share['step_full_ms']:.1f} ms, "
+          f"chunked fused head {share['fused']:.0%} of {share['step_fused_ms']:.1f} ms")
 
-    model = fresh_model(hf)
-    train(model, ChunkSampler(tokens, SEQ, BATCH, seed=0).batch, TrainConfig(steps=100, lr=3e-2, log_every=10**9))
-    rates = [eval_pair(hf, model, heldout) for _ in range(args.repeats)]
-    eo, et = statistics.median(r[0] for r in rates), statistics.median(r[1] for r in rates)
-    bpb_o, bpb_t = rates[0][2], rates[0][3]
+    rates = []
+    for _ in range(args.eval_repeats):
+        rates.append((run_child("eval-ours", tmp, args), run_child("eval-lm-eval", tmp, args)))
+    eo, et = statistics.median(r[0]["rate"] for r in rates), statistics.median(r[1]["rate"] for r in rates)
+    ee = statistics.median(r[0]["rate_with_encoding"] for r in rates)
+    bpb_o, bpb_t = rates[0][0]["bpb"], rates[0][1]["bpb"]
     print(f"eval   pipeline {eo:8.0f} tok/s | lm-eval loglikelihood_rolling {et:8.0f} tok/s | ratio {eo / et:.2f}x  (target >= 3x)")
+    runs = [" ".join(f"{r[i]['rate']:.0f}" for r in rates) for i in (0, 1)]
+    print(f"eval   runs: pipeline {runs[0]} | lm-eval {runs[1]}")
+    print(f"eval   pipeline incl. encoding the text (once per job in the pipeline; inside lm-eval's call) {ee:8.0f} tok/s | ratio {ee / et:.2f}x")
     print(f"eval   bits/byte pipeline {bpb_o:.5f} vs lm-eval {bpb_t:.5f} (rel. diff {abs(bpb_o - bpb_t) / bpb_t:.2e}, target < 5e-3)")
 
 

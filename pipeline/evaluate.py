@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pipeline.train import IGNORE_INDEX
+from pipeline.losses import IGNORE_INDEX, body_hidden, fused_head, linear_nll_sum
 
 log = logging.getLogger(__name__)
 
@@ -71,19 +71,30 @@ def eval_perplexity(model: torch.nn.Module, data: EvalSet, batch_size: int = 32,
     """Token perplexity, mean NLL (nats/token) and bits per byte of `model` on `data`.
 
     Padding sits after every scored position of a window, so with a causal mask no mask is
-    needed. Sums are accumulated in float64.
+    needed. Only scored positions go through the output layer, a chunk at a time
+    (`pipeline.losses`), unless the model's forward transforms its logits. Per-batch sums are
+    float32, their total float64.
     """
     device = torch.device(device) if device is not None else next(model.parameters()).device
     was_training = model.training
     model.eval()
     total = torch.zeros((), dtype=torch.float64, device=device)
     t0 = time.perf_counter()
+    head = fused_head(model)  # (body, head weight), or None: the model's forward transforms its logits
     n = len(data.inputs)
     for start in range(0, n, batch_size):
         x = data.inputs[start : start + batch_size].to(device, non_blocking=True)
-        y = data.labels[start : start + batch_size].to(device, non_blocking=True)
-        logits = model(input_ids=x).logits
-        nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum")
+        y = data.labels[start : start + batch_size]
+        if head is not None:
+            # only the scored positions go through the head (indices found on the host: no device sync)
+            scored = (y.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)
+            hidden = body_hidden(head[0], x).reshape(-1, head[1].size(1))
+            idx = scored.to(device, non_blocking=True)
+            nll = linear_nll_sum(hidden.index_select(0, idx), head[1], y.reshape(-1)[scored].to(device, non_blocking=True))
+        else:
+            logits = model(input_ids=x).logits
+            y = y.to(device, non_blocking=True)
+            nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum")
         total += nll.double()
     nll = float(total)
     model.train(was_training)

@@ -177,7 +177,10 @@ def finetune_run(
         spec.name, task_name, learning_rate, lambda_reg, seed, total, per_epoch, boundaries,
     )
     extra_loss = proximal_term(model, reference, lambda_reg) if lambda_reg > 0 else None
-    result = train(model, batch_fn, train_cfg, state_path=state_dir / "train.pt", stop_after=stop_after, extra_loss=extra_loss, on_step_end=at_epoch_end)
+    result = train(
+        model, batch_fn, train_cfg, state_path=state_dir / "train.pt", stop_after=stop_after, extra_loss=extra_loss,
+        on_step_end=at_epoch_end, micro_batch_size=cfg.micro_batch_size,
+    )
     if stop_after is not None and result.steps_done < total and not result.diverged:
         return []
     if best["state"] is not None and best["step"] != result.steps_done:
@@ -190,7 +193,7 @@ def finetune_run(
     distance = weight_distance(model, reference)
     tokens_per_step = cfg.batch_size * max_len if task.kind == "lm" else None
     extra = {
-        **{k: v for k, v in asdict(cfg).items() if k not in ("checkpoint_every", "log_every")},
+        **{k: v for k, v in asdict(cfg).items() if k not in ("checkpoint_every", "log_every", "micro_batch_size")},
         "steps": result.steps_done, "steps_per_epoch": per_epoch, "best_step": best["step"], "best_epoch": best["step"] / per_epoch,
         "train_tokens": tokens_per_step * result.steps_done if tokens_per_step else None, "final_train_loss": result.losses[-1] if result.losses else None,
         "history": best["history"], "train_seconds": result.seconds,

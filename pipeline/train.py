@@ -24,10 +24,10 @@ import torch.nn.functional as F
 from transformers import get_constant_schedule, get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
 from pipeline.io import atomic_path
+from pipeline.losses import IGNORE_INDEX, body_hidden, fused_head, fused_linear_cross_entropy
 
 log = logging.getLogger(__name__)
 
-IGNORE_INDEX = -100
 SCHEDULES = ("cosine", "constant", "constant_with_warmup")
 
 
@@ -113,8 +113,30 @@ def make_schedule(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.o
 
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean next-token cross-entropy over positions whose label is not IGNORE_INDEX."""
+    """Mean next-token cross-entropy over positions whose label is not IGNORE_INDEX.
+
+    The full-logits path, for models `pipeline.losses.fused_head` cannot split; the others
+    train through `fused_linear_cross_entropy`, which gives the same loss and gradients.
+    """
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+
+
+def _batch_loss(model: torch.nn.Module, head, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean next-token loss of one (micro-)batch, through the fused head when the model allows it."""
+    if head is not None:  # chunked fused head: the (tokens x vocab) logits never exist
+        hidden = body_hidden(head[0], batch["input_ids"], batch.get("attention_mask"))
+        return fused_linear_cross_entropy(hidden, head[1], batch["labels"])
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask")).logits
+    return lm_loss(logits, batch["labels"])
+
+
+def _micro_batches(batch: dict[str, torch.Tensor], size: int | None) -> list[dict[str, torch.Tensor]]:
+    """The batch split into row slices of at most `size` (without rows that score nothing)."""
+    n = len(batch["labels"])
+    if size is None or size >= n:
+        return [batch]
+    parts = [{k: v[i : i + size] for k, v in batch.items()} for i in range(0, n, size)]
+    return [p for p in parts if bool((p["labels"] != IGNORE_INDEX).any())] or [batch]
 
 
 def _save_state(path: Path, model, optimizer, scheduler, result: TrainResult, seconds: float, fingerprint: str) -> None:
@@ -143,6 +165,7 @@ def train(
     stop_after: int | None = None,
     extra_loss: Callable[[torch.nn.Module], torch.Tensor] | None = None,
     on_step_end: Callable[[int], None] | None = None,
+    micro_batch_size: int | None = None,
 ) -> TrainResult:
     """Train `model` for `cfg.steps` steps on `batch_fn(step)` batches.
 
@@ -153,6 +176,9 @@ def train(
     on_step_end: called with the number of steps done after every optimiser step (e.g. to
         evaluate at epoch boundaries for early stopping); it may switch the model to eval
         mode, the loop switches it back.
+    micro_batch_size: gradient accumulation: forward/backward this many rows of a batch at a
+        time, each part's mean loss weighted by its share of the batch's scored tokens (the
+        gradient is the whole batch's; None: the whole batch at once).
     A non-finite loss stops the run and marks it diverged instead of raising.
     """
     device = next(model.parameters()).device
@@ -175,14 +201,26 @@ def train(
         log.info("resumed from %s at step %d/%d", state_path, state["step"], cfg.steps)
 
     model.train()
+    head = fused_head(model)  # (body, head weight), or None: the model's forward transforms its logits
     pending: list[torch.Tensor] = []
     t0, tokens_since, step0 = time.perf_counter(), 0, result.steps_done
     for step in range(result.steps_done, cfg.steps):
         batch = {k: v.to(device, non_blocking=True) for k, v in batch_fn(step).items()}
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask")).logits
-        loss = lm_loss(logits, batch["labels"])
-        total = loss + extra_loss(model) if extra_loss is not None else loss
-        total.backward()
+        parts = _micro_batches(batch, micro_batch_size)
+        if len(parts) == 1:
+            loss = _batch_loss(model, head, batch)
+            total = loss + extra_loss(model) if extra_loss is not None else loss
+            total.backward()
+        else:
+            scored = (batch["labels"] != IGNORE_INDEX).sum().clamp(min=1)
+            loss = torch.zeros((), device=device)
+            for part in parts:
+                share = (part["labels"] != IGNORE_INDEX).sum() / scored
+                part_loss = _batch_loss(model, head, part) * share
+                part_loss.backward()
+                loss += part_loss.detach()
+            if extra_loss is not None:
+                extra_loss(model).backward()
         if cfg.grad_clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip, foreach=True)
         result.lrs.append(scheduler.get_last_lr()[0])

@@ -64,3 +64,17 @@ def test_eval_is_batch_size_invariant(tiny_model, tokenizer, moby_docs):
     a = eval_perplexity(tiny_model, data, batch_size=1)["loss"]
     b = eval_perplexity(tiny_model, data, batch_size=64)["loss"]
     assert a == pytest.approx(b, rel=1e-5)
+
+
+def test_eval_through_the_fused_head_matches_full_logits(tiny_model, tokenizer, moby_docs, monkeypatch):
+    import pipeline.evaluate
+
+    _train_a_little(tiny_model, tokenizer, [d.text for d in moby_docs[10:20]], steps=10)
+    texts = [d.text[:2500] for d in moby_docs[60:64]]
+    data = build_eval_set(encode_documents(tokenizer, texts), texts, tokenizer.eos_token_id, 64, tokenizer.pad_token_id)
+    assert int((data.labels == IGNORE_INDEX).sum()) > 0  # padded windows: unscored positions are skipped
+    fused = eval_perplexity(tiny_model, data, batch_size=16)
+    monkeypatch.setattr(pipeline.evaluate, "fused_head", lambda model: None)
+    full = eval_perplexity(tiny_model, data, batch_size=16)
+    assert fused["loss"] == pytest.approx(full["loss"], rel=1e-6)
+    assert fused["bpb"] == pytest.approx(full["bpb"], rel=1e-6)

@@ -207,3 +207,17 @@ def test_tuned_learning_rate_and_figure7_scenarios():
     # a diverged learning rate is never the tuned one, even with the best score
     m = _sft_rows({b: 1e-2 for b in budgets}, {lr: falling for lr in (1e-4, 1e-3, 1e-2)}, {lr: falling for lr in (1e-4, 1e-3, 1e-2)}, diverged_lr=1e-2)
     assert set(tuned_table(m)["learning_rate"]) == {1e-3}
+
+
+def test_gradient_accumulation_gives_the_whole_batch_gradient(tiny_model, tokenizer, mr_task):
+    """micro_batch_size splits a batch (uneven label counts per row) without changing the update."""
+    from pipeline.train import TrainConfig, train
+
+    enc = encode_classification(tokenizer, mr_task.splits["train"], 64)
+    sampler = ExampleSampler(enc, 8, seed=0, pad_token=tokenizer.pad_token_id)
+    cfg = TrainConfig(steps=3, lr=1e-3, weight_decay=0.0, grad_clip=None, log_every=1)
+    whole, parts = tiny_model, build_model(tiny_model.config, seed=0)
+    train(whole, sampler.batch, cfg)
+    train(parts, sampler.batch, cfg, micro_batch_size=3)
+    for (name, a), b in zip(whole.named_parameters(), parts.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
