@@ -31,7 +31,7 @@ def paper_scale_config(lambdas: list[float] = (0.0,), tasks: list[str] = TASKS) 
     cfg["pretrain"].update(presets=["olmo-15m", "olmo-30m", "olmo-90m"], budgets=[int(b * 1e9) for b in (4, 8, 16, 32, 64, 128)], seq_len=1024, batch_size=256, lr=3e-4)
     cfg["perturb"].update(gammas=[0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 6, 8], seeds=[0, 1, 2])
     cfg["tokenizer"].update(vocab_size=50304)
-    cfg["finetune"].update(tasks={t: {} for t in tasks}, learning_rates="paper", seeds=[0, 1, 2], lambdas=list(lambdas), batch_size=64, max_steps=None, seq_len=1024)
+    cfg["finetune"].update(tasks=list(tasks), learning_rates="paper", seeds=[0, 1, 2], lambdas=list(lambdas), batch_size=64, max_steps=None, seq_len=1024)
     return cfg
 
 

@@ -144,7 +144,7 @@ def pretrain_dirs():
 
 def task_config(wildcards):
     """Data settings of one fine-tuning task (a change rebuilds its table and reruns its jobs)."""
-    return finetune_config()["tasks"].get(wildcards.task) or {}
+    return (finetune_config().get("task_data") or {}).get(wildcards.task) or {}
 
 
 def task_package_files(wildcards):

@@ -15,7 +15,7 @@ CASES = [
     ({"corpus.embedded": ["wikipedia"]}, "wikipedia"),
     ({"checkpoints.source": "local", "checkpoints.local": [{"name": "a", "path": "/nonexistent/dir", "tokens": 5}]}, "/nonexistent/dir"),
     ({"checkpoints.source": "local", "checkpoints.local": [{"name": "a", "path": "/tmp"}]}, "tokens"),
-    ({"finetune.tasks": {"imdb": {}}}, "imdb"),
+    ({"finetune.tasks": ["code", "imdb"]}, "imdb"),
     ({"finetune.learning_rates": [1.0e-3, 0]}, "learning_rates"),
     ({"finetune.learning_rates": "all"}, "learning_rates"),
     ({"finetune.learning_rates": [1.0e-3, 1.0000001e-3]}, "differ only beyond 6 significant digits"),

@@ -83,7 +83,7 @@ def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
         ({"finetune.learning_rates": [3.0e-3, 1.0e-3]}, {"finetune": 6, **AGG}),  # the new LR on 3 checkpoints x 2 tasks
         ({"finetune.learning_rates": [1.0e-3]}, {"finetune": 6, **AGG}),  # a changed LR: its jobs only, no task_base
         ({"finetune.max_steps": 12}, {"finetune": 6, **AGG}),
-        ({"finetune.tasks.mr.max_items.train": 300}, {"task_data": 1, "task_base": 3, "finetune": 3, **AGG}),
+        ({"finetune.task_data.mr.max_items.train": 300}, {"task_data": 1, "task_base": 3, "finetune": 3, **AGG}),
         ({"finetune.log_every": 3, "finetune.checkpoint_every": 5}, {}),
     ],
     ids=["nothing", "add-gamma", "add-seed", "add-budget", "change-lr", "logging-only", "threads-only", "bootstrap", "add-ft-lr", "change-ft-lr", "ft-steps", "task-data", "ft-cadence"],
