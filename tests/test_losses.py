@@ -147,3 +147,18 @@ def test_fused_loss_on_cuda(dtype):
     scored = labels != IGNORE_INDEX
     nll = linear_nll_sum(hidden[scored], weight, labels[scored])
     assert abs(nll.item() - ref.item() * int(scored.sum())) < 1e-5 * ref.item() * int(scored.sum())
+
+
+def test_tied_embeddings_get_the_gradient_of_both_uses(tiny_model, tokens):
+    tiny_model.lm_head.weight = tiny_model.model.embed_tokens.weight  # input and output embedding shared
+    body, weight = fused_head(tiny_model)
+    assert weight is tiny_model.model.embed_tokens.weight
+    x = torch.from_numpy(tokens[:129].astype(np.int64))
+    inputs, labels = x[:-1].reshape(2, 64), x[1:].reshape(2, 64)
+
+    F.cross_entropy(tiny_model(input_ids=inputs).logits.reshape(-1, weight.size(0)), labels.reshape(-1)).backward()
+    want = {n: p.grad.clone() for n, p in tiny_model.named_parameters()}
+    tiny_model.zero_grad()
+    fused_linear_cross_entropy(body_hidden(body, inputs), weight, labels).backward()
+    for n, p in tiny_model.named_parameters():
+        torch.testing.assert_close(p.grad, want[n], rtol=1e-4, atol=1e-5 * float(want[n].abs().max()))
