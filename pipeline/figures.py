@@ -28,6 +28,13 @@ def token_axis(ax: plt.Axes, label: str = "pre-training tokens", ticks: Iterable
     getattr(ax, f"set_{axis}label")(label)
 
 
+def mark_inflections(ax: plt.Axes, inflection: pd.DataFrame, curves: pd.DataFrame, hue: str, palette: dict) -> None:
+    """A ★ on each setting's curve at its inflection budget (rows of analysis.inflection_table)."""
+    for _, r in inflection[np.isfinite(inflection["inflection_budget"])].iterrows():
+        y = curves[(curves[hue] == r[hue]) & (curves["budget"] == r["inflection_budget"])]["value"].mean()
+        ax.plot(r["inflection_budget"], y, marker="*", ms=16, color=palette[r[hue]], mec="k", zorder=5)
+
+
 def plot_progressive_sensitivity(d: pd.DataFrame, base: pd.DataFrame, inflection: pd.DataFrame, stem: str | Path, formats: Iterable[str]) -> list[Path]:
     """Per model row: Δppl, Δ log-ppl and absolute perturbed ppl vs tokens, one line per γ.
 
@@ -48,10 +55,7 @@ def plot_progressive_sensitivity(d: pd.DataFrame, base: pd.DataFrame, inflection
         bm = base[base["model"] == model].sort_values("budget")
         row[2].plot(bm["budget"], bm["value"], "k--", marker="s", label="base (γ = 0)")
         row[2].set_yscale("log")
-        im = inflection[(inflection["model"] == model) & np.isfinite(inflection["inflection_budget"])]
-        for _, r in im.iterrows():
-            y = dm[(dm["gamma"] == r["gamma"]) & (dm["budget"] == r["inflection_budget"])]["value"].mean()
-            row[2].plot(r["inflection_budget"], y, marker="*", ms=16, color=palette[r["gamma"]], mec="k", zorder=5)
+        mark_inflections(row[2], inflection[inflection["model"] == model], dm, "gamma", palette)
         row[0].set_title(f"{model}: progressive sensitivity")
         row[1].set_title(f"{model}: relative degradation")
         row[2].set_title(f"{model}: catastrophic overtraining (★ inflection)")

@@ -5,7 +5,6 @@ for evaluation (rolling windows for LM tasks, scored choices for classification)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +14,7 @@ import torch
 from pipeline.evaluate import EvalSet, build_eval_set, select_documents
 from pipeline.tasks import ClassificationItem, Task, TaskError
 from pipeline.tokenizer import encode_documents, token_stream
-from pipeline.train import IGNORE_INDEX, ChunkSampler
+from pipeline.train import IGNORE_INDEX, ChunkSampler, EpochOrder
 
 TASK_COLUMNS = ["split", "kind", "text", "context", "prompt", "choices", "label"]
 
@@ -116,22 +115,6 @@ def pad_scored_batch(seqs: list[list[int]], n_scored: list[int], pad: int) -> di
         inputs[r, : len(s) - 1] = t[:-1]
         labels[r, len(s) - 1 - k : len(s) - 1] = t[len(s) - k :]
     return {"input_ids": inputs, "labels": labels}
-
-
-class EpochOrder:
-    """Index stream over n examples; epoch e visits them in a permutation seeded by (seed, e)."""
-
-    def __init__(self, n: int, seed: int):
-        if n < 1:
-            raise ValueError("cannot sample from an empty training split")
-        self.n, self.seed = n, seed
-
-    @lru_cache(maxsize=4)
-    def _order(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, epoch]).permutation(self.n)
-
-    def take(self, first: int, count: int) -> list[int]:
-        return [int(self._order(i // self.n)[i % self.n]) for i in range(first, first + count)]
 
 
 class ExampleSampler:

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from pipeline.figures import token_axis
+from pipeline.figures import mark_inflections, token_axis
 from pipeline.plotting import format_tokens, save_figure, set_style
 
 
@@ -64,10 +64,8 @@ def plot_fixed_lr(d: pd.DataFrame, base: pd.DataFrame, inflection: pd.DataFrame,
         _base_line(row[2], bm[(bm["eval_data"] == task) & (bm["split"] == "test")])
         for ax in row[1:]:
             ax.set_yscale("log")
-        im = inflection[(inflection["model"] == model) & (inflection["task"] == task) & (inflection["eval_data"] == "pretrain") & np.isfinite(inflection["inflection_budget"]) & inflection["learning_rate"].isin(keep)]
-        for _, r in im.iterrows():
-            y = p[(p["learning_rate"] == r["learning_rate"]) & (p["budget"] == r["inflection_budget"])]["value"].mean()
-            row[1].plot(r["inflection_budget"], y, marker="*", ms=16, color=palette[r["learning_rate"]], mec="k", zorder=5)
+        im = inflection[(inflection["model"] == model) & (inflection["task"] == task) & (inflection["eval_data"] == "pretrain") & inflection["learning_rate"].isin(keep)]
+        mark_inflections(row[1], im, p, "learning_rate", palette)
         row[0].set_title(f"{model} · {task}: progressive sensitivity")
         row[1].set_title(f"{model} · {task}: pre-training ppl (★ inflection)")
         row[2].set_title(f"{model} · {task}: in-domain ppl")

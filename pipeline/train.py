@@ -61,6 +61,22 @@ class TrainResult:
     resumed_from: int = 0
 
 
+class EpochOrder:
+    """Index stream over n examples; epoch e visits them in a permutation seeded by (seed, e)."""
+
+    def __init__(self, n: int, seed: int):
+        if n < 1:
+            raise ValueError("cannot sample from an empty training split")
+        self.n, self.seed = n, seed
+
+    @lru_cache(maxsize=4)
+    def _order(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch]).permutation(self.n)
+
+    def take(self, first: int, count: int) -> list[int]:
+        return [int(self._order(i // self.n)[i % self.n]) for i in range(first, first + count)]
+
+
 class ChunkSampler:
     """Batches of contiguous token chunks; epoch e visits chunks in a permutation seeded by (seed, e).
 
@@ -76,13 +92,10 @@ class ChunkSampler:
         if self.n_chunks < 1:
             raise ValueError(f"{len(tokens)} tokens cannot fill one sequence of length {seq_len}")
 
-    @lru_cache(maxsize=4)
-    def _order(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, epoch]).permutation(self.n_chunks)
+        self.order = EpochOrder(self.n_chunks, seed)
 
     def batch(self, step: int) -> dict[str, torch.Tensor]:
-        first = step * self.batch_size
-        idx = [self._order(i // self.n_chunks)[i % self.n_chunks] for i in range(first, first + self.batch_size)]
+        idx = self.order.take(step * self.batch_size, self.batch_size)
         starts = np.asarray(idx, dtype=np.int64) * self.seq_len
         rows = np.stack([self.tokens[s : s + self.seq_len + 1] for s in starts]).astype(np.int64)
         rows = torch.from_numpy(rows)
