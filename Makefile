@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 STAMP   := .venv/.installed
 CORES   ?= all
 
-.PHONY: setup apt-packages study test smoke lint bench clean
+.PHONY: setup apt-packages study test smoke demo lint bench clean
 
 setup: $(STAMP) data/packages/.fetched
 
@@ -35,6 +35,16 @@ test: setup apt-packages
 
 smoke: setup
 	.venv/bin/snakemake --cores $(CORES) --configfile tests/smoke/config.yaml
+
+# Offline demo of the hub path (issue 4): the packaged SmolLM2-135M exported into a local hub cache,
+# then perturbed and scored on perplexity + the lm-eval suite (config/demo-smollm2.yaml).
+STANDIN := data/hub-cache/models--HuggingFaceTB--SmolLM2-135M-Instruct/refs/main
+
+$(STANDIN): | setup
+	$(PY) -m pipeline.standin --out data/standin/SmolLM2-135M-Instruct --hub-cache data/hub-cache
+
+demo: setup $(STANDIN)
+	.venv/bin/snakemake --cores $(CORES) --configfile config/demo-smollm2.yaml
 
 lint: setup
 	.venv/bin/snakemake --lint

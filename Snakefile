@@ -18,6 +18,7 @@ include: "rules/common.smk"
 include: "rules/data.smk"
 include: "rules/pretrain.smk"
 include: "rules/perturb.smk"
+include: "rules/lm_eval.smk"
 include: "rules/finetune.smk"
 include: "rules/analysis.smk"
 include: "rules/theory.smk"
@@ -29,6 +30,8 @@ rule all:
         all_outputs(),
 
 
-# Cluster runs: profile placeholders and GPU requests are checked before any job is submitted.
+# Before any job starts: hub revisions exist (in the cache when offline); on a cluster, profile
+# placeholders and GPU requests. (Snakemake keeps one onstart handler: both checks live here.)
 onstart:
+    check_hub_revisions(workflow.dag.needrun_jobs())
     check_cluster_jobs(workflow.dag.needrun_jobs(), getattr(workflow.executor_plugin, "name", None))

@@ -2,8 +2,9 @@
 
 3 sizes (olmo-15m/30m/90m) x 6 budgets (4B..128B tokens, Appendix C.1) x 10 gammas x 3 seeds:
 18 pre-training jobs and 18 perturbation jobs (each evaluates its checkpoint's 31 cells), and the
-fine-tuning sweep: every shipped task (7) x Table 4's 27 learning rates x 3 seeds x lambdas, one job
-each (10,206 jobs per lambda), plus aggregation; then the same DAG through the cluster profile
+fine-tuning sweep: 10 tasks (the 7 embedded ones and the 3 instruction-tuning datasets, read from
+the hub) x Table 4's 27 learning rates x 3 seeds x lambdas, one job each (14,580 jobs per lambda,
+the issue's "~14.6k"), plus aggregation; then the same DAG through the cluster profile
 (profiles/slurm, device cuda: GPU resources, job groups, attempt-scaled resources are evaluated).
 usage: python bench/bench_dryrun.py [--lambdas 0 0.1]
 """
@@ -22,7 +23,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
-TASKS = ["code", "gsm8k", "siqa", "boolq", "rte", "sst2", "mr"]
+TASKS = ["code", "gsm8k", "siqa", "boolq", "rte", "sst2", "mr", "hh", "tulu", "alpaca"]
+HUB_ONLY = ("hh", "tulu", "alpaca")  # no embedded copy: the dry run names their hub ids (nothing is downloaded)
 
 
 def paper_scale_config(lambdas: list[float] = (0.0,), tasks: list[str] = TASKS) -> dict:
@@ -31,6 +33,7 @@ def paper_scale_config(lambdas: list[float] = (0.0,), tasks: list[str] = TASKS) 
     cfg["pretrain"].update(presets=["olmo-15m", "olmo-30m", "olmo-90m"], budgets=[int(b * 1e9) for b in (4, 8, 16, 32, 64, 128)], seq_len=1024, batch_size=256, lr=3e-4)
     cfg["perturb"].update(gammas=[0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 6, 8], seeds=[0, 1, 2])
     cfg["tokenizer"].update(vocab_size=50304)
+    cfg["finetune"]["task_data"] = {t: {"source": "hub"} for t in tasks if t in HUB_ONLY}
     cfg["finetune"].update(tasks=list(tasks), learning_rates="paper", seeds=[0, 1, 2], lambdas=list(lambdas), batch_size=64, max_steps=None, seq_len=1024)
     return cfg
 
@@ -47,7 +50,7 @@ def dry_run(config: Path, *extra: str) -> tuple[float, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--lambdas", type=float, nargs="+", default=[0.0], help="proximal strengths (each adds 10,206 fine-tuning jobs)")
+    ap.add_argument("--lambdas", type=float, nargs="+", default=[0.0], help="proximal strengths (each adds 14,580 fine-tuning jobs)")
     ap.add_argument("--tasks", nargs="+", default=TASKS, help="fine-tuning tasks (each adds 1,458 jobs per lambda)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

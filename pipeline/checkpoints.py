@@ -32,6 +32,9 @@ class CheckpointSpec:
     path: str | None = None  # directory (sweep output or local)
     model_id: str | None = None
     revision: str | None = None
+    cache_dir: str | None = None  # hub: the HF cache to read (None: $HF_HUB_CACHE or the default)
+    offline: bool | None = None  # hub: True loads from the cache only; None follows HF_HUB_OFFLINE
+    params: int | None = None  # hub: parameter count, for job resources only
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -51,10 +54,27 @@ def local_checkpoints(entries: list[dict]) -> list[CheckpointSpec]:
     return [CheckpointSpec(e["name"], "local", e.get("model", "local"), int(e["tokens"]), path=e["path"]) for e in entries]
 
 
-def hub_checkpoints(model_id: str, revisions: list[dict]) -> list[CheckpointSpec]:
-    """Hub revisions of one model id; each entry has `revision` and `tokens`."""
-    safe = model_id.replace("/", "--")
-    return [CheckpointSpec(f"{safe}--{r['revision']}", "hub", model_id, int(r["tokens"]), model_id=model_id, revision=r["revision"]) for r in revisions]
+def hub_checkpoints(
+    model_id: str | None,
+    revisions: list[dict | str],
+    preset: str | None = None,
+    params: int | None = None,
+    cache_dir: str | None = None,
+    offline: bool | None = None,
+) -> list[CheckpointSpec]:
+    """Hub revisions of one model id (or of a Table 1 preset, `pipeline/hub.py`).
+
+    Each revision is a name or `{revision, tokens}`; `tokens` may be left out when the preset
+    knows it or the name carries it (`step10000-tokens41B`).
+    """
+    from pipeline.hub import checkpoint_name, resolve_hub
+
+    hub = {"preset": preset, "model_id": model_id, "revisions": revisions, "params": params}
+    model_id, resolved, n_params = resolve_hub(hub)
+    return [
+        CheckpointSpec(checkpoint_name(model_id, rev), "hub", model_id, tokens, model_id=model_id, revision=rev, cache_dir=cache_dir, offline=offline, params=n_params)
+        for rev, tokens in resolved
+    ]
 
 
 def study_checkpoints(config: dict) -> list[CheckpointSpec]:
@@ -68,7 +88,9 @@ def study_checkpoints(config: dict) -> list[CheckpointSpec]:
         specs = local_checkpoints(ck.get("local") or [])
     else:
         hub = ck.get("hub") or {}
-        specs = hub_checkpoints(hub.get("model_id"), hub.get("revisions") or [])
+        specs = hub_checkpoints(
+            hub.get("model_id"), hub.get("revisions") or [], hub.get("preset"), hub.get("params"), hub.get("cache_dir"), hub.get("offline")
+        )
     if not specs:
         raise ValueError(f"checkpoints: source {source!r} names no checkpoint")
     names = [s.name for s in specs]
@@ -88,6 +110,10 @@ def default_dtype(device: "torch.device") -> "torch.dtype":
 def load_checkpoint(spec: CheckpointSpec, path: str | None, device: "str | torch.device" = "cpu", dtype: "torch.dtype | None" = None):
     """Load (model, tokenizer, init_std, init_std_source) once for a whole job.
 
+    A hub checkpoint is `from_pretrained(model_id, revision=...)` from `spec.cache_dir` (only from
+    the cache when offline; a revision missing there is a HubRevisionError saying how to fetch it).
+    On GPU the weights go straight to the device.
+
     init_std comes from the `init_std.json` the sweep recorded at initialisation; for a
     checkpoint without one it is the family's init distribution from its config, and
     init_std_source says "config" so the outputs record the approximation.
@@ -100,13 +126,20 @@ def load_checkpoint(spec: CheckpointSpec, path: str | None, device: "str | torch
 
     device = torch.device(device)
     dtype = dtype or default_dtype(device)
+    placement = {"device_map": str(device)} if device.type == "cuda" else {}
     if spec.source == "hub":
-        location, kwargs = spec.model_id, {"revision": spec.revision}
+        location, kwargs = spec.model_id, hub_kwargs(spec)
+        if kwargs["local_files_only"]:
+            from pipeline.hub import check_hub_revisions
+
+            check_hub_revisions(spec.model_id, [spec.revision], offline=True, cache_dir=spec.cache_dir)
     else:
         location, kwargs = path or spec.path, {}
         if not Path(location, "config.json").is_file():
             raise FileNotFoundError(f"checkpoint {spec.name!r}: {location} is not a model directory (no config.json)")
-    model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, **kwargs).to(device)
+    model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, **kwargs, **placement)
+    if not placement:
+        model = model.to(device)
     model.eval()
     tokenizer = load_tokenizer(location) if spec.source != "hub" else _hub_tokenizer(spec)
     std_file = Path(location, "init_std.json") if spec.source != "hub" else None
@@ -114,23 +147,42 @@ def load_checkpoint(spec: CheckpointSpec, path: str | None, device: "str | torch
         init_std, source = json.loads(std_file.read_text()), "recorded"
     else:
         init_std, source = init_std_from_config(model, model.config), "config"
-        log.warning("checkpoint %s has no recorded init std: using the family's N(0, %.3g^2) from its config", spec.name, model.config.initializer_range)
+        log.warning(
+            "checkpoint %s has no recorded init std: using the family's N(0, %.3g^2) from its config",
+            spec.name,
+            getattr(model.config, "initializer_range", 0.02),
+        )
     return model, tokenizer, init_std, source
 
 
+def hub_kwargs(spec: CheckpointSpec) -> dict:
+    """from_pretrained arguments of a hub checkpoint: revision, cache_dir, local_files_only."""
+    from pipeline.hub import hub_offline
+
+    return {"revision": spec.revision, "cache_dir": spec.cache_dir, "local_files_only": hub_offline(spec.offline)}
+
+
 def _hub_tokenizer(spec: CheckpointSpec):
+    """The checkpoint's own tokenizer (same revision); padding falls back to EOS (Llama/Amber has none)."""
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(spec.model_id, revision=spec.revision)
+    tok = AutoTokenizer.from_pretrained(spec.model_id, **hub_kwargs(spec))
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
 
 
 def fingerprint(spec: CheckpointSpec, path: str | None) -> str:
-    """Identity of a checkpoint's weights, for caching results computed from it."""
+    """Identity of a checkpoint's weights, for caching results computed from it.
+
+    A hub checkpoint is its model id and the commit its revision resolves to in the cache (a
+    branch such as `main` that moves to a new commit gets a new fingerprint).
+    """
     if spec.source == "hub":
-        key = f"{spec.model_id}@{spec.revision}"
+        from pipeline.hub import cached_commit
+
+        commit = cached_commit(spec.model_id, spec.revision, spec.cache_dir)
+        key = f"{spec.model_id}@{commit or spec.revision}"
     else:
         files = sorted(Path(path or spec.path).glob("*.safetensors")) + sorted(Path(path or spec.path).glob("*.bin")) + [Path(path or spec.path, "config.json")]
         key = ";".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files if f.exists())

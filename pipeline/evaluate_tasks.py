@@ -1,5 +1,6 @@
 """In-domain evaluation of a fine-tuning task: token perplexity for LM tasks; for
-classification, the paper's class perplexity (Appendix C.1) and accuracy.
+classification, the paper's class perplexity (Appendix C.1) and accuracy; for chat tasks,
+the perplexity of the assistant tokens of held-out conversations.
 
 Class perplexity: each class is scored by its length-normalized likelihood (the mean
 log-probability of its answer tokens), the scores are normalized over the classes, and the
@@ -17,6 +18,8 @@ import torch.nn.functional as F
 
 from pipeline.evaluate import EvalSet, eval_perplexity
 from pipeline.finetune_data import EncodedChoices, pad_scored_batch
+from pipeline.instruct import EncodedChats, pad_masked_batch
+from pipeline.losses import body_hidden, fused_head, linear_nll_sum
 from pipeline.train import IGNORE_INDEX
 
 
@@ -61,8 +64,51 @@ def eval_classification(model: torch.nn.Module, enc: EncodedChoices, pad_token: 
     }
 
 
-def eval_task(model: torch.nn.Module, data: EvalSet | EncodedChoices, pad_token: int, batch_size: int) -> dict[str, float]:
-    """In-domain metrics of one split: LM windows or encoded classification items."""
+@torch.inference_mode()
+def eval_chat(model: torch.nn.Module, enc: EncodedChats, pad_token: int, batch_size: int = 64) -> dict[str, float]:
+    """Token perplexity and mean NLL (nats per token) of the assistant tokens of conversations.
+
+    Conversations are batched longest first, each batch only as wide as its longest; only the
+    scored positions go through the output layer when the model allows (`pipeline.losses`).
+    """
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    t0 = time.perf_counter()
+    head = fused_head(model)
+    order = sorted(range(len(enc)), key=lambda i: -len(enc.ids[i]))
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    n_tokens = 0
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        batch = pad_masked_batch([enc.ids[i] for i in idx], [enc.scored[i] for i in idx], pad_token)
+        x, y = batch["input_ids"].to(device, non_blocking=True), batch["labels"]
+        scored = (y.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)
+        n_tokens += len(scored)
+        targets = y.reshape(-1)[scored].to(device, non_blocking=True)
+        if head is not None:
+            hidden = body_hidden(head[0], x).reshape(-1, head[1].size(1))
+            nll = linear_nll_sum(hidden.index_select(0, scored.to(device, non_blocking=True)), head[1], targets)
+        else:
+            logits = model(input_ids=x).logits
+            logits = logits.reshape(-1, logits.size(-1)).index_select(0, scored.to(device, non_blocking=True))
+            nll = F.cross_entropy(logits.float(), targets, reduction="sum")
+        total += nll.double()
+    model.train(was_training)
+    loss = float(total) / max(n_tokens, 1)
+    return {
+        "ppl": math.exp(loss) if math.isfinite(loss) and loss < 700 else float("inf"),
+        "loss": loss,
+        "tokens": float(n_tokens),
+        "items": float(len(enc)),
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def eval_task(model: torch.nn.Module, data: EvalSet | EncodedChoices | EncodedChats, pad_token: int, batch_size: int) -> dict[str, float]:
+    """In-domain metrics of one split: LM windows, encoded classification items or conversations."""
     if isinstance(data, EvalSet):
         return eval_perplexity(model, data, batch_size=batch_size)
+    if isinstance(data, EncodedChats):
+        return eval_chat(model, data, pad_token, batch_size)
     return eval_classification(model, data, pad_token, batch_size)

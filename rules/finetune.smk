@@ -65,7 +65,8 @@ rule finetune:
     params:
         spec=checkpoint_spec,
         hp=finetune_hparams(),
-        eval=config["eval"],
+        eval=eval_config(),
+        bench=bench_config(),
         state=study_path("finetune/.resume/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}"),
         device=DEVICE,
     script:

@@ -21,8 +21,8 @@ rule perturb:
         spec=checkpoint_spec,
         gammas=config["perturb"]["gammas"],
         seeds=config["perturb"]["seeds"],
-        eval=config["eval"],
-        cache=lambda wc: study_path(f"perturb/.cells/{wc.checkpoint}"),
+        eval=eval_config(),
+        cache=per_job(lambda wc: study_path(f"perturb/.cells/{wc.checkpoint}")),
         device=DEVICE,
     script:
         "scripts/perturb.py"

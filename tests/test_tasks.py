@@ -24,7 +24,7 @@ CLASSIFICATION = ("siqa", "boolq", "rte", "sst2", "mr")
 @pytest.fixture(scope="module")
 def embedded():
     """Every task with the default settings (the slow part -- reading the archives -- is cached)."""
-    return {n: load_task(n, EMB) for n in T.TASK_NAMES}
+    return {n: load_task(n, EMB) for n in T.TASK_NAMES if n in T.EMBEDDED_FILES}
 
 
 def _keys(items):
@@ -32,9 +32,10 @@ def _keys(items):
 
 
 def test_names_kinds_and_light_import():
-    assert T.TASK_NAMES == ("code", "gsm8k", "siqa", "boolq", "rte", "sst2", "mr")
-    assert [task_kind(n) for n in T.TASK_NAMES] == ["lm", "lm"] + ["classification"] * 5
-    with pytest.raises(TaskError, match=r"unknown fine-tuning task 'squad'.*code, gsm8k, siqa, boolq, rte, sst2, mr"):
+    assert T.TASK_NAMES == ("code", "gsm8k", "siqa", "boolq", "rte", "sst2", "mr", "hh", "tulu", "alpaca")
+    assert [task_kind(n) for n in T.TASK_NAMES] == ["lm", "lm"] + ["classification"] * 5 + ["chat"] * 3
+    assert set(T.EMBEDDED_FILES) == set(T.TASK_NAMES) - {"hh", "tulu", "alpaca"}   # chat tasks: hub only
+    with pytest.raises(TaskError, match=r"unknown fine-tuning task 'squad'.*code, gsm8k, siqa, boolq, rte, sst2, mr, hh, tulu, alpaca"):
         task_kind("squad")
     code = "import sys, pipeline.tasks as t; t.task_kind('mr'); t.task_files('mr'); print(sorted({'torch', 'datasets', 'pandas', 'pyarrow'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)

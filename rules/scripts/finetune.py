@@ -24,5 +24,6 @@ rows = finetune_run(
     study=snakemake.config["study"],
     state_dir=snakemake.params.state,
     device=pick_device(snakemake.params.device),
+    bench_cfg=snakemake.params.bench,
 )
 write_metrics(snakemake.output[0], rows)

@@ -1,0 +1,51 @@
+# Generalist benchmarks through lm-evaluation-harness (Section 2, Figure 2): one job per checkpoint
+# scores its base model and its whole gamma x seed Gaussian grid on every task of eval.benchmarks
+# (the checkpoint is loaded once; finished cells are cached). Fine-tuned models are scored inside
+# their fine-tuning job (rules/finetune.smk), as their weights are never written to disk.
+
+
+rule lm_eval:
+    input:
+        checkpoint=checkpoint_dir,
+    output:
+        study_path("lm_eval/{checkpoint}.parquet"),
+    log:
+        study_path("logs/lm_eval/{checkpoint}.log"),
+    benchmark:
+        study_path("benchmarks/lm_eval/{checkpoint}.tsv")
+    conda:
+        "../envs/overtrain.yaml"
+    threads: config["perturb"].get("threads", 1)
+    resources:
+        **preset_resources("perturb"),
+    params:
+        spec=checkpoint_spec,
+        gammas=config["perturb"]["gammas"],
+        seeds=config["perturb"]["seeds"],
+        bench=bench_config(),
+        cache=per_job(lambda wc: study_path(f"lm_eval/.cells/{wc.checkpoint}")),
+        device=DEVICE,
+    script:
+        "scripts/lm_eval.py"
+
+
+rule benchmark_figures:
+    input:
+        unpack(benchmark_figure_inputs),
+    output:
+        report(
+            expand(study_path("figures/benchmarks.{ext}"), ext=FORMATS),
+            caption="../report/benchmarks.rst",
+            category="Benchmarks",
+        ),
+    log:
+        study_path("logs/benchmark_figures.log"),
+    benchmark:
+        study_path("benchmarks/benchmark_figures.tsv")
+    conda:
+        "../envs/overtrain.yaml"
+    threads: 1
+    resources:
+        **fixed_resources(2000, 10),
+    script:
+        "scripts/benchmark_figures.py"

@@ -1,0 +1,19 @@
+"""Rule lm_eval: the lm-eval benchmark suite on a checkpoint's base model and its Gaussian perturbations."""
+from pipeline.benchmark_sweep import benchmark_grid
+from pipeline.checkpoints import CheckpointSpec
+from pipeline.runtime import pick_device, set_threads, setup_logging
+from pipeline.tables import write_metrics
+
+setup_logging(snakemake.log[0])
+set_threads(snakemake.threads)
+rows = benchmark_grid(
+    CheckpointSpec(**snakemake.params.spec),
+    path=snakemake.input.checkpoint[0] if snakemake.input.checkpoint else None,
+    bench_cfg=snakemake.params.bench,
+    gammas=snakemake.params.gammas,
+    seeds=snakemake.params.seeds,
+    study=snakemake.config["study"],
+    cache_dir=snakemake.params.cache,
+    device=pick_device(snakemake.params.device),
+)
+write_metrics(snakemake.output[0], rows)
