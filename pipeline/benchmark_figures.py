@@ -18,11 +18,18 @@ from pipeline.plotting import save_figure, set_style
 PREFIX = "benchmark:"
 
 
-def benchmark_scores(metrics: pd.DataFrame, metric: str = "acc") -> pd.DataFrame:
-    """The benchmark rows of a metrics table for one metric, with a `benchmark` column (task name)."""
-    b = metrics[metrics["eval_data"].fillna("").str.startswith(PREFIX) & (metrics["metric"] == metric)].copy()
+def benchmark_scores(metrics: pd.DataFrame, metric: str = "auto") -> pd.DataFrame:
+    """The benchmark rows of a metrics table for one metric, with a `benchmark` column (task name).
+
+    metric "auto": acc_norm where lm-eval defines it, else acc (unnormalized accuracy favours short
+    answers, which puts small models below chance on ARC-Challenge and OpenBookQA).
+    """
+    b = metrics[metrics["eval_data"].fillna("").str.startswith(PREFIX)].copy()
     b["benchmark"] = b["eval_data"].str.slice(len(PREFIX))
-    return b
+    if metric != "auto":
+        return b[b["metric"] == metric]
+    has_norm = set(b.loc[b["metric"] == "acc_norm", "benchmark"])
+    return b[b["metric"] == b["benchmark"].map(lambda t: "acc_norm" if t in has_norm else "acc")]
 
 
 def _base(ax: plt.Axes, base: pd.DataFrame) -> None:
@@ -44,13 +51,13 @@ def _finetuned(ax: plt.Axes, sft: pd.DataFrame, tuned: pd.DataFrame | None, benc
         ax.plot(g["budget"], g["value"], "-", lw=0.8, alpha=0.35, color=colors[task])
     if tuned is None:
         return
-    t = tuned[(tuned["eval_data"] == PREFIX + benchmark) & (tuned["metric"] == "acc") & (tuned["lambda_reg"] == lam)]
+    t = tuned[(tuned["eval_data"] == PREFIX + benchmark) & (tuned["metric"] == sft["metric"].iloc[0]) & (tuned["lambda_reg"] == lam)]
     for task, g in t.groupby("task"):
         g = g.sort_values("budget")
         ax.errorbar(g["budget"], g["mean"], yerr=np.nan_to_num(g["sd"].to_numpy(dtype=float)), fmt="o-", capsize=3, color=colors.get(task), label=f"fine-tuned on {task}, tuned LR")
 
 
-def plot_benchmarks(metrics: pd.DataFrame, tuned: pd.DataFrame | None, stem: str | Path, formats: Iterable[str], metric: str = "acc", ncols: int = 5) -> list[Path]:
+def plot_benchmarks(metrics: pd.DataFrame, tuned: pd.DataFrame | None, stem: str | Path, formats: Iterable[str], metric: str = "auto", ncols: int = 5) -> list[Path]:
     """One panel per (modification, benchmark): accuracy vs pre-training tokens.
 
     metrics: the study's tidy metrics (rows with eval_data "benchmark:<task>"); tuned:
@@ -64,7 +71,7 @@ def plot_benchmarks(metrics: pd.DataFrame, tuned: pd.DataFrame | None, stem: str
     kinds = [k for k in ("gaussian", "sft") if (scores["modification"] == k).any()] or ["none"]
     ncols = min(ncols, len(benchmarks))
     per_kind = -(-len(benchmarks) // ncols)
-    fig, axes = plt.subplots(per_kind * len(kinds), ncols, figsize=(4 * ncols, 3.4 * per_kind * len(kinds)), squeeze=False)
+    fig, axes = plt.subplots(per_kind * len(kinds), ncols, figsize=(4 * ncols, 4 * per_kind * len(kinds)), squeeze=False)
     for k, kind in enumerate(kinds):
         for i, bench in enumerate(benchmarks):
             ax = axes[k * per_kind + i // ncols, i % ncols]
@@ -75,7 +82,7 @@ def plot_benchmarks(metrics: pd.DataFrame, tuned: pd.DataFrame | None, stem: str
                 _finetuned(ax, s[s["modification"] == "sft"], tuned, bench)
             _base(ax, s[s["modification"] == "none"])
             token_axis(ax, ticks=s["budget"])
-            ax.set_ylabel(f"{bench} {metric}")
+            ax.set_ylabel(f"{bench} {s['metric'].iloc[0]}")
             ax.set_title({"gaussian": "Gaussian perturbation", "sft": "fine-tuned", "none": "unmodified"}[kind] + f" · {bench}", fontsize=10)
             ax.legend(fontsize=7, title="γ" if kind == "gaussian" else None)
         for j in range(len(benchmarks), per_kind * ncols):

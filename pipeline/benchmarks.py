@@ -628,7 +628,7 @@ def _eval_split(task) -> str:
 def benchmark_rows(
     results: Mapping[str, Mapping[str, Any]],
     *,
-    source: str,
+    bench_source: str,
     num_fewshot: int,
     limit: int | None,
     **fields: Any,
@@ -657,7 +657,7 @@ def benchmark_rows(
                 split=r.get("split"),
                 metric=metric,
                 value=float(value),
-                extra={**extra, "benchmark_source": source, "num_fewshot": num_fewshot, "limit": limit, "n": int(r["n"])},
+                extra={**extra, "benchmark_source": bench_source, "num_fewshot": num_fewshot, "limit": limit, "n": int(r["n"])},
             ))
     return rows
 
@@ -678,4 +678,4 @@ def eval_configured(model, tokenizer, cfg: Mapping) -> dict[str, dict[str, Any]]
 
 def configured_rows(results: Mapping[str, Mapping[str, Any]], cfg: Mapping, **fields: Any) -> list[dict[str, Any]]:
     """`benchmark_rows` with a study's `eval.benchmarks` settings recorded in `extra`."""
-    return benchmark_rows(results, source=cfg["source"], num_fewshot=cfg["num_fewshot"], limit=cfg["limit"], **fields)
+    return benchmark_rows(results, bench_source=cfg["source"], num_fewshot=cfg["num_fewshot"], limit=cfg["limit"], **fields)

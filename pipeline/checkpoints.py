@@ -133,6 +133,10 @@ def load_checkpoint(spec: CheckpointSpec, path: str | None, device: "str | torch
             from pipeline.hub import check_hub_revisions
 
             check_hub_revisions(spec.model_id, [spec.revision], offline=True, cache_dir=spec.cache_dir)
+        # transformers 5.23 looks for a PEFT adapter_config.json without the cache_dir and
+        # local_files_only it was given (Auto*.from_pretrained): offline that is a hub request with
+        # five retries (~25 s) per load. Hand them to the adapter lookup explicitly.
+        kwargs["adapter_kwargs"] = {"cache_dir": kwargs["cache_dir"], "local_files_only": kwargs["local_files_only"]}
     else:
         location, kwargs = path or spec.path, {}
         if not Path(location, "config.json").is_file():

@@ -18,6 +18,12 @@ def setup_logging(log_file: str | Path | None = None, level: int = logging.INFO)
         handlers = [logging.FileHandler(log_file, mode="w")]
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=handlers, force=True)
     logging.captureWarnings(True)
+    if log_file:  # the traceback of a failing job in its log too (Snakemake points users there)
+        def log_uncaught(kind, value, tb):
+            logging.getLogger("pipeline").critical("uncaught exception", exc_info=(kind, value, tb))
+            sys.__excepthook__(kind, value, tb)
+
+        sys.excepthook = log_uncaught
 
 
 def set_threads(threads: int | None) -> int:

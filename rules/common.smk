@@ -1,8 +1,6 @@
 # Input functions and config helpers shared by every rule.
-import inspect
 from pathlib import Path
 
-from snakemake.common import overwrite_function_params
 from snakemake.exceptions import WorkflowError
 
 from pipeline.benchmarks import BenchmarkError, benchmark_config, validate_benchmark_tasks
@@ -22,14 +20,6 @@ wildcard_constraints:
     lr=r"[0-9.e+-]+",
     lam=r"[0-9.e+-]+",
     seed=r"\d+",
-
-
-def per_job(func):
-    """Mark an input/params/resources function called once per job: Snakemake inspects its
-    signature on every call (~19 inspections per job, a sixth of a paper-scale dry run,
-    bench/bench_dryrun.py); record the signature once instead."""
-    overwrite_function_params(func, inspect.signature(func).parameters)
-    return func
 
 
 def study_path(rel):
@@ -102,6 +92,12 @@ def benchmarks_enabled():
     return bool(bench_config()["tasks"])
 
 
+def finetune_bench():
+    """The benchmark settings a fine-tuning job scores its model with (None: no benchmarks, and
+    then changing them reruns no fine-tuning job)."""
+    return bench_config() if benchmarks_enabled() else None
+
+
 def finetune_enabled():
     return bool(finetune_config().get("enabled", True)) and bool(finetune_config().get("tasks"))
 
@@ -137,6 +133,8 @@ def provenance_config():
     """The config without keys that cannot change a number (cadence, threads, analysis)."""
     skip = {"log_every", "checkpoint_every", "threads"}
     cfg = {k: v for k, v in config.items() if k != "analysis"}
+    if not benchmarks_enabled():  # benchmark settings without benchmark tasks change no number
+        cfg["eval"] = eval_config()
     return {k: ({kk: vv for kk, vv in v.items() if kk not in skip} if isinstance(v, dict) else v) for k, v in cfg.items()}
 
 
@@ -156,30 +154,27 @@ def preset_resources(stage):
     count); mem_mb and runtime grow with the attempt (`--retries`, profiles/slurm), so a job killed
     for memory or time comes back larger."""
 
-    def get(wildcards, key, attempt=1):
-        value = job_resources(job_preset(wildcards), stage, "cuda" if gpu_count() else "cpu", job_params(wildcards))[key]
-        return value if key == "gpu" else value * attempt
+    def get(wildcards, key, attempt):
+        return job_resources(job_preset(wildcards), stage, "cuda" if gpu_count() else "cpu", job_params(wildcards))[key] * attempt
 
     return {
-        "mem_mb": per_job(lambda wc, attempt: get(wc, "mem_mb", attempt)),
-        "runtime": per_job(lambda wc, attempt: get(wc, "runtime", attempt)),
-        "gpu": per_job(lambda wc: get(wc, "gpu")),
+        "mem_mb": lambda wc, attempt: get(wc, "mem_mb", attempt),
+        "runtime": lambda wc, attempt: get(wc, "runtime", attempt),
+        "gpu": gpu_count(),  # one device per job whatever the model (pipeline.presets.job_resources)
     }
 
 
 def fixed_resources(mem_mb, runtime):
     """resources of a preset-independent job: mem_mb and runtime (minutes) times the attempt."""
-    return {"mem_mb": per_job(lambda wc, attempt: mem_mb * attempt), "runtime": per_job(lambda wc, attempt: runtime * attempt)}
+    return {"mem_mb": lambda wc, attempt: mem_mb * attempt, "runtime": lambda wc, attempt: runtime * attempt}
 
 
-@per_job
 def checkpoint_dir(wildcards):
     """Input of a job on one checkpoint: the sweep's output dir or the local dir (none for hub)."""
     spec = CHECKPOINTS[wildcards.checkpoint]
     return [spec.path] if spec.source in ("sweep", "local") else []
 
 
-@per_job
 def checkpoint_spec(wildcards):
     """The CheckpointSpec a job rebuilds (a params change reruns it): hub cache_dir / offline only
     when set, so sweep and local jobs keep their params; the parameter count (resources only) is left out."""
@@ -196,13 +191,11 @@ def pretrain_dirs():
     return [study_path(f"pretrain/{s.model}/{s.tokens}") for s in CHECKPOINTS.values() if s.source == "sweep"]
 
 
-@per_job
 def task_config(wildcards):
     """Data settings of one fine-tuning task (a change rebuilds its table and reruns its jobs)."""
     return (finetune_config().get("task_data") or {}).get(wildcards.task) or {}
 
 
-@per_job
 def task_package_files(wildcards):
     """The pinned package files a task's embedded data is read from (none for the hub source)."""
     return task_files(wildcards.task, task_config(wildcards))

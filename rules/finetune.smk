@@ -66,7 +66,7 @@ rule finetune:
         spec=checkpoint_spec,
         hp=finetune_hparams(),
         eval=eval_config(),
-        bench=bench_config(),
+        bench=finetune_bench(),
         state=study_path("finetune/.resume/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}"),
         device=DEVICE,
     script:

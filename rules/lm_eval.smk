@@ -23,7 +23,7 @@ rule lm_eval:
         gammas=config["perturb"]["gammas"],
         seeds=config["perturb"]["seeds"],
         bench=bench_config(),
-        cache=per_job(lambda wc: study_path(f"lm_eval/.cells/{wc.checkpoint}")),
+        cache=lambda wc: study_path(f"lm_eval/.cells/{wc.checkpoint}"),
         device=DEVICE,
     script:
         "scripts/lm_eval.py"

@@ -22,7 +22,7 @@ rule perturb:
         gammas=config["perturb"]["gammas"],
         seeds=config["perturb"]["seeds"],
         eval=eval_config(),
-        cache=per_job(lambda wc: study_path(f"perturb/.cells/{wc.checkpoint}")),
+        cache=lambda wc: study_path(f"perturb/.cells/{wc.checkpoint}"),
         device=DEVICE,
     script:
         "scripts/perturb.py"

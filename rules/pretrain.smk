@@ -18,7 +18,7 @@ rule pretrain:
         **preset_resources("pretrain"),
     params:
         hp=pretrain_hparams(),
-        state=per_job(lambda wc: study_path(f"pretrain/.resume/{wc.model}-{wc.budget}.pt")),
+        state=lambda wc: study_path(f"pretrain/.resume/{wc.model}-{wc.budget}.pt"),
         device=DEVICE,
     script:
         "scripts/pretrain.py"

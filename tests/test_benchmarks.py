@@ -227,7 +227,7 @@ def test_eval_benchmarks_in_memory_model(tiny_model, tokenizer, data_root, shots
     if shots == 1:   # the same numbers again (fixed subset, seeded few-shot draws)
         again = B.eval_benchmarks(tiny_model, tokenizer, ["boolq", "copa", "piqa"], **args)
         assert again == {t: res[t] for t in ("boolq", "copa", "piqa")}
-        rows = B.benchmark_rows(res, source="local", num_fewshot=1, limit=8, study="s", checkpoint="c", modification="none",
+        rows = B.benchmark_rows(res, bench_source="local", num_fewshot=1, limit=8, study="s", checkpoint="c", modification="none",
                                 extra={"k": 1})
         assert len(rows) == 4 * 6 + 2 * 3
         row = next(r for r in rows if r["eval_data"] == "benchmark:piqa" and r["metric"] == "acc_norm")
@@ -295,3 +295,33 @@ def test_capped_subset_is_a_fixed_hash_order():
     assert set(B.capped_indices(docs, 5)) <= set(first)                       # nested
     assert B.capped_indices(list(reversed(docs)), 10) == sorted(49 - i for i in first)   # order-free
     assert B.capped_indices(docs, 100) == list(range(50))
+
+
+def test_benchmark_grid_caches_cells_and_plots(tiny_model, tokenizer, data_root, tmp_path, caplog):
+    """The lm_eval job: base + γ × seed cells of one loaded checkpoint, each cell cached; the rows
+    feed the Figure 2 analogue."""
+    import pandas as pd
+
+    from pipeline.benchmark_figures import plot_benchmarks
+    from pipeline.benchmark_sweep import benchmark_grid
+    from pipeline.checkpoints import CheckpointSpec
+
+    ckpt = tmp_path / "ckpt"
+    tiny_model.save_pretrained(ckpt)
+    tokenizer.save_pretrained(ckpt)
+    spec = CheckpointSpec("tiny-local", "local", "tiny", 1_000_000, path=str(ckpt))
+    cfg = {**B.benchmark_config({"tasks": ["copa", "piqa"], "limit": 6, "num_fewshot": 0}), "package_dir": str(PACKAGES), "cache_dir": str(CACHE)}
+    args = dict(bench_cfg=cfg, gammas=[1.0, 8.0], seeds=[0], study="t", cache_dir=tmp_path / "cells")
+    caplog.set_level("INFO", logger="pipeline.perturb_sweep")
+    rows = pd.DataFrame(benchmark_grid(spec, None, **args))
+    acc = rows[rows["metric"] == "acc"]
+    assert len(acc) == 3 * 2 and set(acc["eval_data"]) == {"benchmark:copa", "benchmark:piqa"}
+    assert sorted(acc["modification"].unique()) == ["gaussian", "none"] and set(acc["gamma"].dropna()) == {1.0, 8.0}
+    assert acc["value"].between(0, 1).all()
+    assert any("3 cells computed, 0 from cache" in m for m in caplog.messages)
+    caplog.clear()
+    again = pd.DataFrame(benchmark_grid(spec, None, **{**args, "gammas": [1.0, 8.0, 2.0]}))
+    assert any("1 cells computed, 3 from cache" in m for m in caplog.messages)
+    pd.testing.assert_frame_equal(again[again["gamma"] != 2.0].reset_index(drop=True), rows.reset_index(drop=True))
+    paths = plot_benchmarks(again, None, tmp_path / "benchmarks", ["png"])
+    assert paths[0].stat().st_size > 10_000

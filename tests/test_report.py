@@ -56,7 +56,8 @@ def test_report_has_every_figure_with_its_caption(report):
 
 def test_every_caption_belongs_to_a_figure():
     captions = {p.stem for p in (ROOT / "report").glob("*.rst")} - {"workflow"}
-    assert captions == set(SWEEP_FIGURES + THEORY_FIGURES)
+    # benchmarks: the lm-eval figure, off in the smoke study (plotted in test_benchmarks / test_finetune)
+    assert captions == set(SWEEP_FIGURES + THEORY_FIGURES + ["benchmarks"])
 
 
 def test_report_is_self_contained(report):

@@ -85,8 +85,11 @@ def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
         ({"finetune.max_steps": 12}, {"finetune": 6, **AGG}),
         ({"finetune.task_data.mr.max_items.train": 300}, {"task_data": 1, "task_base": 3, "finetune": 3, **AGG}),
         ({"finetune.log_every": 3, "finetune.checkpoint_every": 5}, {}),
+        ({"eval.benchmarks.num_fewshot": 3}, {}),  # benchmark settings without benchmark tasks
+        # benchmarks on: one lm_eval job per checkpoint; fine-tuned models are scored in their (rerun) jobs
+        ({"eval.benchmarks.tasks": ["copa"], "eval.benchmarks.limit": 4}, {"lm_eval": 3, "finetune": 6, "benchmark_figures": 1, **AGG}),
     ],
-    ids=["nothing", "add-gamma", "add-seed", "add-budget", "change-lr", "logging-only", "threads-only", "bootstrap", "add-ft-lr", "change-ft-lr", "ft-steps", "task-data", "ft-cadence"],
+    ids=["nothing", "add-gamma", "add-seed", "add-budget", "change-lr", "logging-only", "threads-only", "bootstrap", "add-ft-lr", "change-ft-lr", "ft-steps", "task-data", "ft-cadence", "bench-off", "bench-on"],
 )
 def test_config_change_reruns_exactly_the_touched_jobs(smoke_run, tmp_path, change, expected):
     cfg = write_config(tmp_path, smoke_config(study=STUDY, **change))
