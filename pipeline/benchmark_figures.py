@@ -71,7 +71,7 @@ def plot_benchmarks(metrics: pd.DataFrame, tuned: pd.DataFrame | None, stem: str
     kinds = [k for k in ("gaussian", "sft") if (scores["modification"] == k).any()] or ["none"]
     ncols = min(ncols, len(benchmarks))
     per_kind = -(-len(benchmarks) // ncols)
-    fig, axes = plt.subplots(per_kind * len(kinds), ncols, figsize=(4 * ncols, 4 * per_kind * len(kinds)), squeeze=False)
+    fig, axes = plt.subplots(per_kind * len(kinds), ncols, figsize=(4 * ncols, 3.6 * per_kind * len(kinds)), squeeze=False, layout="constrained")
     for k, kind in enumerate(kinds):
         for i, bench in enumerate(benchmarks):
             ax = axes[k * per_kind + i // ncols, i % ncols]
