@@ -309,14 +309,19 @@ def main() -> None:
         eval_case(tmp, args)
 
 
-def train_case(tmp: Path, args) -> None:
+def alternate(case: str, tmp: Path, args) -> tuple[float, float]:
+    """Medians of `case`-ours and `case`-trainer, run alternately in fresh processes; prints the runs."""
     ours, theirs = [], []
     for _ in range(args.repeats):
-        ours.append(run_child("train-ours", tmp, args)["rate"])
-        theirs.append(run_child("train-trainer", tmp, args)["rate"])
-    o, t = statistics.median(ours), statistics.median(theirs)
+        ours.append(run_child(f"{case}-ours", tmp, args)["rate"])
+        theirs.append(run_child(f"{case}-trainer", tmp, args)["rate"])
+    print(f"{case:6s} runs: pipeline {' '.join(f'{r:.0f}' for r in ours)} | Trainer {' '.join(f'{r:.0f}' for r in theirs)}")
+    return statistics.median(ours), statistics.median(theirs)
+
+
+def train_case(tmp: Path, args) -> None:
+    o, t = alternate("train", tmp, args)
     print(f"train  pipeline loop {o:8.0f} tok/s | HF Trainer {t:8.0f} tok/s | ratio {o / t:.2f}x  (target >= 1.5x)")
-    print(f"train  runs: pipeline {' '.join(f'{r:.0f}' for r in ours)} | Trainer {' '.join(f'{r:.0f}' for r in theirs)}")
     nodenorm = statistics.median(run_child("train-ours", tmp, args, flush_denormal=False)["rate"] for _ in range(max(1, args.repeats - 1)))
     print(f"train  pipeline loop without denormal flush {nodenorm:8.0f} tok/s ({o / nodenorm:.2f}x slower)")
     share = run_child("loss-share", tmp, args)
@@ -325,13 +330,8 @@ def train_case(tmp: Path, args) -> None:
 
 
 def sft_case(tmp: Path, args) -> None:
-    ours, theirs = [], []
-    for _ in range(args.repeats):
-        ours.append(run_child("sft-ours", tmp, args)["rate"])
-        theirs.append(run_child("sft-trainer", tmp, args)["rate"])
-    so, st = statistics.median(ours), statistics.median(theirs)
+    so, st = alternate("sft", tmp, args)
     print(f"sft    pipeline loop {so:8.1f} ex/s  | HF Trainer {st:8.1f} ex/s  | ratio {so / st:.2f}x  (SST-2, label-token loss, batch {BATCH})")
-    print(f"sft    runs: pipeline {' '.join(f'{r:.0f}' for r in ours)} | Trainer {' '.join(f'{r:.0f}' for r in theirs)}")
 
 
 def eval_case(tmp: Path, args) -> None:

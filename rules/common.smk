@@ -46,8 +46,11 @@ def _check_config():
     _check_grid("finetune.learning_rates", finetune_lrs())
     _check_grid("finetune.lambdas", finetune_config().get("lambdas", [0.0]))
     _check_tasks()
+    # lm-eval task names: checked once in the main process (source builtin builds lm-eval's task
+    # index, ~10 s, which every cluster job's re-parse of the workflow would pay again)
     try:
-        validate_benchmark_tasks(bench_config()["tasks"], bench_config()["source"])
+        if workflow.is_main_process:
+            validate_benchmark_tasks(bench_config()["tasks"], bench_config()["source"])
     except BenchmarkError as err:
         raise WorkflowError(f"invalid config: eval.benchmarks: {err}")
     return {s.name: s for s in specs}

@@ -325,3 +325,16 @@ def test_benchmark_grid_caches_cells_and_plots(tiny_model, tokenizer, data_root,
     pd.testing.assert_frame_equal(again[again["gamma"] != 2.0].reset_index(drop=True), rows.reset_index(drop=True))
     paths = plot_benchmarks(again, None, tmp_path / "benchmarks", ["png"])
     assert paths[0].stat().st_size > 10_000
+
+
+def test_unknown_benchmark_task_stops_the_workflow_before_any_job(tmp_path):
+    from workflow_utils import smoke_config, snakemake, write_config
+
+    cfg = write_config(tmp_path, smoke_config(study="ci-bad-benchmark", **{"eval.benchmarks.tasks": ["arc_easy", "lambada"]}))
+    res = snakemake(cfg, "-n")  # the schema knows the local suite
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "On instance['eval']['benchmarks']['tasks'][1]:\n    'lambada'" in out, out[-2000:]
+    overrides = {"eval.benchmarks.tasks": ["arc_eazy"], "eval.benchmarks.source": "builtin"}  # lm-eval's own task index
+    res = snakemake(write_config(tmp_path, smoke_config(study="ci-bad-benchmark", **overrides)), "-n")
+    out = res.stdout + res.stderr
+    assert res.returncode != 0 and "invalid config: eval.benchmarks: unknown benchmark task 'arc_eazy' for source 'builtin'" in out, out[-2000:]
