@@ -47,7 +47,7 @@ def benchmark_grid(
     model, tokenizer, init_std, std_source = load_checkpoint(spec, path, device)
     ckpt_fp = fingerprint(spec, path)
     settings = benchmark_settings(bench_cfg)
-    common = dict(study=study, checkpoint=spec.name, source=spec.source, model=spec.model, budget=float(spec.tokens), budget_unit="tokens")
+    common = spec.row_fields(study)
     rows = []
     cells = evaluate_cells(
         model, init_std, grid_cells(gammas, seeds), lambda m: eval_configured(m, tokenizer, bench_cfg), cache_dir, lambda g, s: _cell_key(ckpt_fp, g, s, settings), summarize, spec.name

@@ -44,6 +44,10 @@ class CheckpointSpec:
         if self.tokens is None or self.tokens <= 0:
             raise ValueError(f"checkpoint {self.name!r}: a positive token count is required, got {self.tokens!r}")
 
+    def row_fields(self, study: str) -> dict:
+        """The metric-row columns that identify this checkpoint (pipeline.tables.metric_row)."""
+        return dict(study=study, checkpoint=self.name, source=self.source, model=self.model, budget=float(self.tokens), budget_unit="tokens")
+
 
 def sweep_checkpoints(presets: list[str], budgets: list[int], sweep_dir: str) -> list[CheckpointSpec]:
     return [CheckpointSpec(f"{p}-{b}", "sweep", p, int(b), path=f"{sweep_dir}/{p}/{b}") for p in presets for b in budgets]

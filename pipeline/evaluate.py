@@ -67,6 +67,23 @@ def build_eval_set(token_docs: list[list[int]], texts: list[str], prefix_token: 
 
 
 @torch.inference_mode()
+def scored_nll_sum(model: torch.nn.Module, head: tuple | None, x: torch.Tensor, y: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """Summed NLL of the scored positions (labels != IGNORE_INDEX) of one host batch, on `device`.
+
+    With `head` (pipeline.losses.fused_head) only the scored positions go through the output
+    layer, their indices found on the host (no device sync); without, the model's own logits.
+    """
+    x = x.to(device, non_blocking=True)
+    if head is not None:
+        scored = (y.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)
+        hidden = body_hidden(head[0], x).reshape(-1, head[1].size(1))
+        idx = scored.to(device, non_blocking=True)
+        return linear_nll_sum(hidden.index_select(0, idx), head[1], y.reshape(-1)[scored].to(device, non_blocking=True))
+    logits = model(input_ids=x).logits
+    y = y.to(device, non_blocking=True)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum")
+
+
 def eval_perplexity(model: torch.nn.Module, data: EvalSet, batch_size: int = 32, device: str | torch.device | None = None) -> dict[str, float]:
     """Token perplexity, mean NLL (nats/token) and bits per byte of `model` on `data`.
 
@@ -83,19 +100,7 @@ def eval_perplexity(model: torch.nn.Module, data: EvalSet, batch_size: int = 32,
     head = fused_head(model)  # (body, head weight), or None: the model's forward transforms its logits
     n = len(data.inputs)
     for start in range(0, n, batch_size):
-        x = data.inputs[start : start + batch_size].to(device, non_blocking=True)
-        y = data.labels[start : start + batch_size]
-        if head is not None:
-            # only the scored positions go through the head (indices found on the host: no device sync)
-            scored = (y.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)
-            hidden = body_hidden(head[0], x).reshape(-1, head[1].size(1))
-            idx = scored.to(device, non_blocking=True)
-            nll = linear_nll_sum(hidden.index_select(0, idx), head[1], y.reshape(-1)[scored].to(device, non_blocking=True))
-        else:
-            logits = model(input_ids=x).logits
-            y = y.to(device, non_blocking=True)
-            nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum")
-        total += nll.double()
+        total += scored_nll_sum(model, head, data.inputs[start : start + batch_size], data.labels[start : start + batch_size], device).double()
     nll = float(total)
     model.train(was_training)
     seconds = time.perf_counter() - t0

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pipeline.evaluate import EvalSet, eval_perplexity
-from pipeline.finetune_data import EncodedChoices, pad_scored_batch
-from pipeline.instruct import EncodedChats, pad_masked_batch
-from pipeline.losses import body_hidden, fused_head, linear_nll_sum
+from pipeline.evaluate import EvalSet, eval_perplexity, scored_nll_sum
+from pipeline.finetune_data import EncodedChoices, pad_masked_batch, pad_scored_batch
+from pipeline.instruct import EncodedChats
+from pipeline.losses import fused_head
 from pipeline.train import IGNORE_INDEX
 
 
@@ -82,18 +82,8 @@ def eval_chat(model: torch.nn.Module, enc: EncodedChats, pad_token: int, batch_s
     for start in range(0, len(order), batch_size):
         idx = order[start : start + batch_size]
         batch = pad_masked_batch([enc.ids[i] for i in idx], [enc.scored[i] for i in idx], pad_token)
-        x, y = batch["input_ids"].to(device, non_blocking=True), batch["labels"]
-        scored = (y.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)
-        n_tokens += len(scored)
-        targets = y.reshape(-1)[scored].to(device, non_blocking=True)
-        if head is not None:
-            hidden = body_hidden(head[0], x).reshape(-1, head[1].size(1))
-            nll = linear_nll_sum(hidden.index_select(0, scored.to(device, non_blocking=True)), head[1], targets)
-        else:
-            logits = model(input_ids=x).logits
-            logits = logits.reshape(-1, logits.size(-1)).index_select(0, scored.to(device, non_blocking=True))
-            nll = F.cross_entropy(logits.float(), targets, reduction="sum")
-        total += nll.double()
+        n_tokens += int((batch["labels"] != IGNORE_INDEX).sum())
+        total += scored_nll_sum(model, head, batch["input_ids"], batch["labels"], device).double()
     model.train(was_training)
     loss = float(total) / max(n_tokens, 1)
     return {

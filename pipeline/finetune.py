@@ -126,7 +126,7 @@ def task_base_rows(spec: CheckpointSpec, path: str | None, task_path: str | Path
     max_len = _context(model, cfg)
     evals = _eval_data(task, tokenizer, max_len, cfg)
     rows = []
-    common = dict(study=study, checkpoint=spec.name, source=spec.source, model=spec.model, budget=float(spec.tokens), budget_unit="tokens", modification="none", task=task_name, eval_data=task_name)
+    common = dict(**spec.row_fields(study), modification="none", task=task_name, eval_data=task_name)
     for split, data in evals.items():
         result = eval_task(model, data, tokenizer.pad_token_id, cfg.eval_batch_size)
         rows += [metric_row(**common, split=split, metric=m, value=result[m]) for m in TASK_METRICS[task.kind]]
@@ -226,7 +226,7 @@ def finetune_run(
         "history": best["history"],
     }  # no wall-clock times here: the table must be identical across machines and reruns
     common = dict(
-        study=study, checkpoint=spec.name, source=spec.source, model=spec.model, budget=float(spec.tokens), budget_unit="tokens",
+        **spec.row_fields(study),
         modification="sft", task=task_name, learning_rate=float(learning_rate), lambda_reg=float(lambda_reg), seed=int(seed), extra=extra, diverged=result.diverged,
     )
     rows = [metric_row(**common, eval_data="pretrain", split=eval_cfg["split"], metric=m, value=pre[m]) for m in EVAL_METRICS]

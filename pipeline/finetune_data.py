@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -112,16 +113,22 @@ def encode_classification(tokenizer, items: list[ClassificationItem], max_len: i
     return EncodedChoices(prompts, choices, np.asarray([it.label for it in items], dtype=np.int64), prefix, max_len)
 
 
-def pad_scored_batch(seqs: list[list[int]], n_scored: list[int], pad: int) -> dict[str, torch.Tensor]:
-    """Right-padded inputs and shifted labels where only the last `n_scored` tokens count."""
+def pad_masked_batch(seqs: Sequence[np.ndarray], scored: Sequence[np.ndarray], pad: int) -> dict[str, torch.Tensor]:
+    """Right-padded inputs and shifted labels, IGNORE_INDEX where the target is not scored."""
     width = max(len(s) for s in seqs) - 1
     inputs = torch.full((len(seqs), width), pad, dtype=torch.long)
     labels = torch.full((len(seqs), width), IGNORE_INDEX, dtype=torch.long)
-    for r, (s, k) in enumerate(zip(seqs, n_scored)):
-        t = torch.tensor(s, dtype=torch.long)
-        inputs[r, : len(s) - 1] = t[:-1]
-        labels[r, len(s) - 1 - k : len(s) - 1] = t[len(s) - k :]
+    for r, (s, m) in enumerate(zip(seqs, scored)):
+        t = torch.from_numpy(np.asarray(s, dtype=np.int64))
+        n = len(s) - 1
+        inputs[r, :n] = t[:-1]
+        labels[r, :n] = torch.where(torch.from_numpy(np.asarray(m[1:], dtype=bool)), t[1:], IGNORE_INDEX)
     return {"input_ids": inputs, "labels": labels}
+
+
+def pad_scored_batch(seqs: list[list[int]], n_scored: list[int], pad: int) -> dict[str, torch.Tensor]:
+    """Right-padded inputs and shifted labels where only the last `n_scored` tokens count."""
+    return pad_masked_batch(seqs, [np.arange(len(s)) >= len(s) - k for s, k in zip(seqs, n_scored)], pad)
 
 
 class ExampleSampler:

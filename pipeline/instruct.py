@@ -35,6 +35,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from pipeline.finetune_data import pad_masked_batch
 from pipeline.tasks import ChatItem, TaskError
 from pipeline.train import IGNORE_INDEX, EpochOrder
 
@@ -223,19 +224,6 @@ def encode_chats(tokenizer, items: Sequence[ChatItem], max_len: int, max_tokens:
     if reseg:
         log.info("task %s: %d conversations tokenized segment by segment (a BPE merge crosses an assistant span boundary)", name, reseg)
     return EncodedChats(ids_out, scored_out, max_len, "tokenizer" if own else "default", dropped, reseg)
-
-
-def pad_masked_batch(seqs: Sequence[np.ndarray], scored: Sequence[np.ndarray], pad: int) -> dict[str, torch.Tensor]:
-    """Right-padded inputs and shifted labels, IGNORE_INDEX where the target is not scored."""
-    width = max(len(s) for s in seqs) - 1
-    inputs = torch.full((len(seqs), width), pad, dtype=torch.long)
-    labels = torch.full((len(seqs), width), IGNORE_INDEX, dtype=torch.long)
-    for r, (s, m) in enumerate(zip(seqs, scored)):
-        t = torch.from_numpy(np.asarray(s, dtype=np.int64))
-        n = len(s) - 1
-        inputs[r, :n] = t[:-1]
-        labels[r, :n] = torch.where(torch.from_numpy(np.asarray(m[1:], dtype=bool)), t[1:], IGNORE_INDEX)
-    return {"input_ids": inputs, "labels": labels}
 
 
 class ChatSampler:

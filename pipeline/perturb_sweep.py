@@ -111,7 +111,7 @@ def perturbation_grid(
     summary_file = Path(path or "", "summary.json") if spec.source != "hub" else None
     summary = json.loads(summary_file.read_text()) if summary_file and summary_file.is_file() else {}
     base_diverged = bool(summary.get("diverged", False))
-    common = dict(study=study, checkpoint=spec.name, source=spec.source, model=spec.model, budget=float(spec.tokens), budget_unit="tokens", eval_data="pretrain", split=eval_cfg["split"])
+    common = dict(**spec.row_fields(study), eval_data="pretrain", split=eval_cfg["split"])
     extra = {"init_std_source": std_source, "eval_tokens": data.n_tokens, "tokens_trained": summary.get("tokens_trained")}
 
     rows = []

@@ -42,3 +42,14 @@ def tiny_model(tokenizer):
     cfg = model_config("tiny", len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
     cfg.max_position_embeddings = 64
     return build_model(cfg, seed=0)
+
+
+@pytest.fixture()
+def offline_datasets(tmp_path, monkeypatch):
+    """`datasets` offline (hub datasets read from local files in their hub schema), with a private cache."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
+    datasets.disable_progress_bars()
+    return datasets

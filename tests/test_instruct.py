@@ -83,14 +83,6 @@ def write_jsonl(path: Path, rows: list[dict], compress: bool = False) -> Path:
     return path
 
 
-@pytest.fixture()
-def offline_datasets(tmp_path, monkeypatch):
-    import datasets
-
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
-    datasets.disable_progress_bars()
-    return datasets
 
 
 @pytest.fixture()

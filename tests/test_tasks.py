@@ -114,14 +114,6 @@ def test_lm_documents_and_task_texts(embedded):
 # --- hub path on local datasets in the hub schemas ------------------------------------------------
 
 
-@pytest.fixture()
-def offline_datasets(tmp_path, monkeypatch):
-    import datasets
-
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
-    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
-    datasets.disable_progress_bars()
-    return datasets
 
 
 def _jsonl(directory: Path, split: str, rows: list[dict]) -> None:

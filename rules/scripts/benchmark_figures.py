@@ -8,5 +8,5 @@ from pipeline.runtime import setup_logging
 
 setup_logging(snakemake.log[0])
 tuned = pd.read_parquet(snakemake.input.tuned) if snakemake.input.get("tuned") else None
-out = snakemake.output[0:]
+out = list(snakemake.output)
 plot_benchmarks(pd.read_parquet(snakemake.input.metrics), tuned, Path(out[0]).with_suffix(""), [Path(p).suffix[1:] for p in out])
