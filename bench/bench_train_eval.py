@@ -9,13 +9,17 @@ text (and their bits/byte).
 
 Every timed run is a fresh Python process (as every pipeline job is), after a short untimed
 warm-up inside it; runs alternate (ours, theirs, ours, theirs, ...) and the medians are
-reported, because run-to-run noise on a shared 2-core machine is large. Separate processes
+reported, because run-to-run noise on a shared 2-core machine is large. The headline ratio is
+the pipeline as its jobs run (pipeline.runtime's process settings) against the library as
+shipped (torch's and glibc's defaults); the ratios with both under either setting are printed
+beside it. Separate processes
 matter: in one process, a run of the full-logits loss (the Trainer's) leaves the C allocator
 in a state that made later runs of the pipeline's loop ~25% slower, while the Trainer's own
 time did not depend on what ran before it.
 
-Also reports the share of a forward+backward step spent in the output layer + loss with full
-logits vs the chunked fused head (pipeline/losses.py), and the denormal-flush effect.
+The pipeline jobs' process settings (`pipeline.runtime.set_threads`): denormals flushed, freed
+memory kept by malloc (`keep_freed_memory`). Also reports the share of a forward+backward step spent in the output layer +
+loss with full logits vs the chunked fused head (pipeline/losses.py).
 
 usage: python bench/bench_train_eval.py [--threads 2] [--steps 60] [--repeats 5] [--eval-repeats 5]
 """
@@ -234,11 +238,15 @@ def loss_share(hf, tokens, reps: int) -> dict:
     return {"full": (full - body) / full, "fused": (ours - body) / ours, "step_full_ms": 1e3 * full, "step_fused_ms": 1e3 * ours}
 
 
-def child(task: str, tmp: Path, threads: int, steps: int, flush_denormal: bool) -> dict:
+def child(task: str, tmp: Path, threads: int, steps: int, pipeline_runtime: bool) -> dict:
     """One timed measurement after an untimed warm-up of the same code path."""
+    from pipeline.runtime import keep_freed_memory
+
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(threads)
-    torch.set_flush_denormal(flush_denormal)
+    if pipeline_runtime:  # what pipeline.runtime.set_threads does in every job, for either contender
+        torch.set_flush_denormal(True)
+        keep_freed_memory()
     hf, tokens, heldout = load(tmp)
     if task == "train-ours":
         ours_train(hf, tokens, 5)
@@ -267,10 +275,10 @@ def child(task: str, tmp: Path, threads: int, steps: int, flush_denormal: bool) 
 # ---------------------------------------------------------------- orchestration (parent process)
 
 
-def run_child(task: str, tmp: Path, args, flush_denormal: bool = True) -> dict:
+def run_child(task: str, tmp: Path, args, pipeline_runtime: bool = True) -> dict:
     cmd = [sys.executable, __file__, "--child", task, "--data", str(tmp), "--threads", str(args.threads), "--steps", str(args.steps)]
-    if not flush_denormal:
-        cmd.append("--no-flush-denormal")
+    if not pipeline_runtime:
+        cmd.append("--default-runtime")
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{task} failed:\n{proc.stderr[-3000:]}")
@@ -286,10 +294,10 @@ def main() -> None:
     ap.add_argument("--cases", nargs="+", default=["train", "sft", "eval"], choices=["train", "sft", "eval"])
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
-    ap.add_argument("--no-flush-denormal", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--default-runtime", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, Path(args.data), args.threads, args.steps, not args.no_flush_denormal)))
+        print(json.dumps(child(args.child, Path(args.data), args.threads, args.steps, not args.default_runtime)))
         return
 
     logging.basicConfig(level=logging.WARNING)
@@ -309,42 +317,55 @@ def main() -> None:
         eval_case(tmp, args)
 
 
-def alternate(case: str, tmp: Path, args) -> tuple[float, float]:
-    """Medians of `case`-ours and `case`-trainer, run alternately in fresh processes; prints the runs."""
-    ours, theirs = [], []
-    for _ in range(args.repeats):
-        ours.append(run_child(f"{case}-ours", tmp, args)["rate"])
-        theirs.append(run_child(f"{case}-trainer", tmp, args)["rate"])
-    print(f"{case:6s} runs: pipeline {' '.join(f'{r:.0f}' for r in ours)} | Trainer {' '.join(f'{r:.0f}' for r in theirs)}")
-    return statistics.median(ours), statistics.median(theirs)
+# (contender, process settings): the pipeline as its jobs run, the library as shipped, then each
+# with the other's settings. "tuned" = pipeline.runtime's (denormals flushed, freed memory kept).
+SETTINGS = [("ours", True), ("theirs", False), ("theirs", True), ("ours", False)]
+
+
+def alternate(case: str, tmp: Path, args, repeats: int) -> dict[tuple[str, bool], list[dict]]:
+    """Each of SETTINGS `repeats` times, round-robin in fresh processes (so drifts hit all alike)."""
+    lib = {"train": "trainer", "sft": "trainer", "eval": "lm-eval"}[case]
+    runs: dict[tuple[str, bool], list[dict]] = {k: [] for k in SETTINGS}
+    for _ in range(repeats):
+        for who, tuned in SETTINGS:
+            runs[(who, tuned)].append(run_child(f"{case}-{'ours' if who == 'ours' else lib}", tmp, args, pipeline_runtime=tuned))
+    return runs
+
+
+def report(case: str, runs: dict, lib: str, unit: str, target: str) -> float:
+    """Prints the runs and the three ratios; returns the pipeline-as-run / library-as-shipped ratio."""
+    med = {k: statistics.median(r["rate"] for r in v) for k, v in runs.items()}
+    for (who, tuned), v in runs.items():
+        name = "pipeline" if who == "ours" else lib
+        rates = " ".join(f"{r['rate']:.0f}" for r in v)
+        print(f"{case:6s} runs {name:8s} {'tuned ' if tuned else 'default'}: {rates}  median {med[(who, tuned)]:.0f} {unit}")
+    ratio = med[("ours", True)] / med[("theirs", False)]
+    print(f"{case:6s} pipeline (its jobs' settings) {med[('ours', True)]:8.0f} | {lib} (as shipped) {med[('theirs', False)]:8.0f} {unit} | "
+          f"ratio {ratio:.2f}x  {target}")
+    print(f"{case:6s}   both with the pipeline's settings: ratio {med[('ours', True)] / med[('theirs', True)]:.2f}x; "
+          f"both with torch's and glibc's defaults: ratio {med[('ours', False)] / med[('theirs', False)]:.2f}x")
+    return ratio
 
 
 def train_case(tmp: Path, args) -> None:
-    o, t = alternate("train", tmp, args)
-    print(f"train  pipeline loop {o:8.0f} tok/s | HF Trainer {t:8.0f} tok/s | ratio {o / t:.2f}x  (target >= 1.5x)")
-    nodenorm = statistics.median(run_child("train-ours", tmp, args, flush_denormal=False)["rate"] for _ in range(max(1, args.repeats - 1)))
-    print(f"train  pipeline loop without denormal flush {nodenorm:8.0f} tok/s ({o / nodenorm:.2f}x slower)")
+    report("train", alternate("train", tmp, args, args.repeats), "Trainer", "tok/s", "(target >= 1.5x)")
     share = run_child("loss-share", tmp, args)
     print(f"train  output layer + loss share of one fwd+bwd step: full logits {share['full']:.0%} of {share['step_full_ms']:.1f} ms, "
           f"chunked fused head {share['fused']:.0%} of {share['step_fused_ms']:.1f} ms")
 
 
 def sft_case(tmp: Path, args) -> None:
-    so, st = alternate("sft", tmp, args)
-    print(f"sft    pipeline loop {so:8.1f} ex/s  | HF Trainer {st:8.1f} ex/s  | ratio {so / st:.2f}x  (SST-2, label-token loss, batch {BATCH})")
+    report("sft", alternate("sft", tmp, args, args.repeats), "Trainer", "ex/s", f"(SST-2, label-token loss, batch {BATCH})")
 
 
 def eval_case(tmp: Path, args) -> None:
-    rates = []
-    for _ in range(args.eval_repeats):
-        rates.append((run_child("eval-ours", tmp, args), run_child("eval-lm-eval", tmp, args)))
-    eo, et = statistics.median(r[0]["rate"] for r in rates), statistics.median(r[1]["rate"] for r in rates)
-    ee = statistics.median(r[0]["rate_with_encoding"] for r in rates)
-    bpb_o, bpb_t = rates[0][0]["bpb"], rates[0][1]["bpb"]
-    print(f"eval   pipeline {eo:8.0f} tok/s | lm-eval loglikelihood_rolling {et:8.0f} tok/s | ratio {eo / et:.2f}x  (target >= 3x)")
-    runs = [" ".join(f"{r[i]['rate']:.0f}" for r in rates) for i in (0, 1)]
-    print(f"eval   runs: pipeline {runs[0]} | lm-eval {runs[1]}")
-    print(f"eval   pipeline incl. encoding the text (once per job in the pipeline; inside lm-eval's call) {ee:8.0f} tok/s | ratio {ee / et:.2f}x")
+    runs = alternate("eval", tmp, args, args.eval_repeats)
+    report("eval", runs, "lm-eval", "tok/s", "(target >= 3x)")
+    ours, theirs = runs[("ours", True)], runs[("theirs", False)]
+    ee = statistics.median(r["rate_with_encoding"] for r in ours)
+    print(f"eval   pipeline incl. encoding the text (once per job in the pipeline; inside lm-eval's call) {ee:8.0f} tok/s | "
+          f"ratio {ee / statistics.median(r['rate'] for r in theirs):.2f}x")
+    bpb_o, bpb_t = ours[0]["bpb"], theirs[0]["bpb"]
     print(f"eval   bits/byte pipeline {bpb_o:.5f} vs lm-eval {bpb_t:.5f} (rel. diff {abs(bpb_o - bpb_t) / bpb_t:.2e}, target < 5e-3)")
 
 

@@ -125,6 +125,7 @@ def load_checkpoint(spec: CheckpointSpec, path: str | None, device: "str | torch
     import torch
     from transformers import AutoModelForCausalLM
 
+    from pipeline.attention import use_small_head_attention
     from pipeline.models import init_std_from_config
     from pipeline.tokenizer import load_tokenizer
 
@@ -148,6 +149,7 @@ def load_checkpoint(spec: CheckpointSpec, path: str | None, device: "str | torch
     model = AutoModelForCausalLM.from_pretrained(location, dtype=dtype, **kwargs, **placement)
     if not placement:
         model = model.to(device)
+    use_small_head_attention(model)  # CPU models with small heads (bench/bench_attention.py)
     model.eval()
     tokenizer = load_tokenizer(location) if spec.source != "hub" else _hub_tokenizer(spec)
     std_file = Path(location, "init_std.json") if spec.source != "hub" else None

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.losses import IGNORE_INDEX, body_hidden, fused_head, linear_nll_sum
+from pipeline.runtime import map_cpu_threads
 
 log = logging.getLogger(__name__)
 
@@ -53,17 +54,21 @@ def rolling_windows(tokens: list[int], prefix_token: int, max_len: int) -> list[
 
 
 def build_eval_set(token_docs: list[list[int]], texts: list[str], prefix_token: int, max_len: int, pad_token: int) -> EvalSet:
-    """Windows of all documents, right-padded to `max_len`, with only the scored targets labelled."""
-    windows = [w for doc in token_docs for w in rolling_windows(doc, prefix_token, max_len)]
-    if not windows:
+    """Windows of all documents (`rolling_windows`), right-padded to `max_len`, with only the scored targets labelled."""
+    n_windows = sum(1 + max(0, -(-(len(doc) - max_len) // max_len)) for doc in token_docs if doc)
+    if not n_windows:
         raise ValueError("evaluation set is empty: no document has any token")
-    inputs = torch.full((len(windows), max_len), pad_token, dtype=torch.long)
-    labels = torch.full((len(windows), max_len), IGNORE_INDEX, dtype=torch.long)
-    for i, (inp, tgt) in enumerate(windows):
-        inputs[i, : len(inp)] = torch.tensor(inp)
-        # targets are the last len(tgt) positions of the input's next-token predictions
-        labels[i, len(inp) - len(tgt) : len(inp)] = torch.tensor(tgt)
-    return EvalSet(inputs, labels, sum(map(len, token_docs)), sum(len(t.encode("utf-8")) for t in texts), len(token_docs))
+    inputs = np.full((n_windows, max_len), pad_token, dtype=np.int64)
+    labels = np.full((n_windows, max_len), IGNORE_INDEX, dtype=np.int64)
+    i = 0
+    for doc in token_docs:
+        for inp, tgt in rolling_windows(doc, prefix_token, max_len):
+            inputs[i, : len(inp)] = inp
+            # targets are the last len(tgt) positions of the input's next-token predictions
+            labels[i, len(inp) - len(tgt) : len(inp)] = tgt
+            i += 1
+    n_bytes = sum(len(t.encode("utf-8")) for t in texts)
+    return EvalSet(torch.from_numpy(inputs), torch.from_numpy(labels), sum(map(len, token_docs)), n_bytes, len(token_docs))
 
 
 @torch.inference_mode()
@@ -89,19 +94,21 @@ def eval_perplexity(model: torch.nn.Module, data: EvalSet, batch_size: int = 32,
 
     Padding sits after every scored position of a window, so with a causal mask no mask is
     needed. Only scored positions go through the output layer, a chunk at a time
-    (`pipeline.losses`), unless the model's forward transforms its logits. Per-batch sums are
-    float32, their total float64.
+    (`pipeline.losses`), unless the model's forward transforms its logits. On CPU, batches are
+    spread over torch's threads (`pipeline.runtime.map_cpu_threads`). Per-batch sums are
+    float32, their total float64, added in batch order.
     """
     device = torch.device(device) if device is not None else next(model.parameters()).device
     was_training = model.training
     model.eval()
-    total = torch.zeros((), dtype=torch.float64, device=device)
     t0 = time.perf_counter()
     head = fused_head(model)  # (body, head weight), or None: the model's forward transforms its logits
-    n = len(data.inputs)
-    for start in range(0, n, batch_size):
-        total += scored_nll_sum(model, head, data.inputs[start : start + batch_size], data.labels[start : start + batch_size], device).double()
-    nll = float(total)
+
+    def batch_nll(start: int) -> torch.Tensor:
+        return scored_nll_sum(model, head, data.inputs[start : start + batch_size], data.labels[start : start + batch_size], device)
+
+    sums = map_cpu_threads(batch_nll, range(0, len(data.inputs), batch_size), device)
+    nll = float(torch.stack(sums).double().sum()) if len(sums) > 1 else float(sums[0])
     model.train(was_training)
     seconds = time.perf_counter() - t0
     mean = nll / data.n_tokens

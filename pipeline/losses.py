@@ -44,14 +44,27 @@ def _base2_head(weight: torch.Tensor) -> torch.Tensor:
     return (weight.float().t() * (1.0 / LN2)).contiguous()
 
 
+# Without subtracting each row's max, 2^logits2 is exact in float32 while the row's largest base-2
+# logit is below 127 (no overflow) and its row sum is at least 2^-60 (terms lost to the flush of
+# denormals, < 2^-126 each, are then < 2^-55 of the sum). Rows outside that window are redone.
+_MIN_SUM = 2.0**-60
+
+
 def _chunk_nll(h: torch.Tensor, y: torch.Tensor, head2_t: torch.Tensor, buf: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-row NLL in nats (c x 1) of one chunk; leaves 2^(logits2 - max) in `buf`, returns (nll, row sums).
+    """Per-row NLL in nats (c x 1) of one chunk; leaves 2^(logits2 - shift) in `buf`, returns (nll, row sums).
 
     h: (c, H); y: (c, 1) target ids; head2_t: `_base2_head(weight)`; buf: (>= c, V) float32
-    scratch. In-place passes over a cache-sized buffer instead of logsumexp's temporaries.
+    scratch. In-place passes over a cache-sized buffer instead of logsumexp's temporaries. On CPU
+    the shift is 0 when no row can overflow or underflow (checked after the fact: two passes
+    fewer); elsewhere, or for a chunk that fails the check, it is each row's max.
     """
     logits2 = torch.mm(h.float(), head2_t, out=buf[: h.size(0)])
     target = logits2.gather(1, y)
+    if h.device.type == "cpu":
+        sums = logits2.exp2_().sum(dim=1, keepdim=True)
+        if bool(((sums >= _MIN_SUM) & (sums < math.inf)).all()):
+            return (sums.log2() - target) * LN2, sums
+        torch.mm(h.float(), head2_t, out=logits2)  # redo this chunk with the max shift
     m = logits2.amax(dim=1, keepdim=True)
     logits2.sub_(m).exp2_()
     sums = logits2.sum(dim=1, keepdim=True)

@@ -7,6 +7,7 @@ from dataclasses import asdict
 import torch
 from transformers import Olmo2Config, Olmo2ForCausalLM, PretrainedConfig, PreTrainedModel
 
+from pipeline.attention import use_small_head_attention
 from pipeline.presets import SIZE_PRESETS
 
 
@@ -26,9 +27,13 @@ def model_config(preset: str, vocab_size: int, eos_token_id: int, pad_token_id: 
 
 
 def build_model(config: Olmo2Config, seed: int) -> Olmo2ForCausalLM:
-    """A freshly initialised model; the same seed gives the same weights."""
+    """A freshly initialised model; the same seed gives the same weights.
+
+    Small attention heads (the CPU presets) get pipeline.attention's faster implementation.
+    """
     torch.manual_seed(seed)
     model = Olmo2ForCausalLM(config)
+    use_small_head_attention(model)
     return model
 
 

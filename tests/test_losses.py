@@ -66,6 +66,31 @@ def test_eval_nll_sum_equals_full_logits(tiny_model, tokens):
     torch.testing.assert_close(linear_nll_sum(hidden[scored], weight, labels[scored], chunk_size=50), want, rtol=1e-6, atol=0)
 
 
+@pytest.mark.parametrize("offset", [0.0, 120.0, -150.0])  # logits near 0, past exp2's float32 range, all far below 0
+def test_extreme_logits_give_the_same_loss_and_gradients(tiny_model, tokens, offset):
+    """Rows whose unshifted 2^logit would overflow or underflow take the max-shifted path (CPU)."""
+    hidden, labels = _hidden_and_labels(tiny_model, tokens, rows=4, seq=30)
+    weight = tiny_model.lm_head.weight.detach()
+    # a constant added to every logit of some rows: one column of ones in hidden and weight
+    h0 = torch.cat([hidden, torch.zeros(len(hidden), 1)], 1)
+    h0[::3, -1] = offset
+    w0 = torch.cat([weight, torch.ones(len(weight), 1)], 1)
+    ref_h, ref_w = h0.clone().requires_grad_(), w0.clone().requires_grad_()
+    ref = F.cross_entropy(ref_h @ ref_w.T, labels, ignore_index=IGNORE_INDEX)
+    ref.backward()
+    h, w = h0.clone().requires_grad_(), w0.clone().requires_grad_()
+    loss = fused_linear_cross_entropy(h, w, labels, chunk_size=16)
+    loss.backward()
+    assert torch.isfinite(loss)
+    torch.testing.assert_close(loss, ref, rtol=1e-6, atol=0)
+    # the added column's gradient is 0 in exact arithmetic (softmax - onehot sums to 0): rounding only
+    for got, want in ((h.grad[:, :-1], ref_h.grad[:, :-1]), (w.grad, ref_w.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    scored = labels != IGNORE_INDEX
+    want = F.cross_entropy(h0 @ w0.T, labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    torch.testing.assert_close(linear_nll_sum(h0[scored], w0, labels[scored], chunk_size=16), want, rtol=1e-6, atol=0)
+
+
 def test_bf16_model_gives_a_float32_accurate_loss(tiny_model, tokens):
     model = tiny_model.to(torch.bfloat16)
     hidden, labels = _hidden_and_labels(model, tokens)
