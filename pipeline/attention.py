@@ -158,8 +158,6 @@ def small_head_attention_forward(
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     if not causal or not applies(module, query, key, dropout, kwargs):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs)
-    if attention_mask is not None and attention_mask.shape[-2:] != (query.size(2), key.size(2)):
-        attention_mask = attention_mask[..., : query.size(2), : key.size(2)]
     scale = scaling if scaling is not None else query.size(-1) ** -0.5
     return small_head_attention(query, key, value, attention_mask, scale), None
 
