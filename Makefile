@@ -41,7 +41,7 @@ smoke: setup
 STANDIN := data/hub-cache/models--HuggingFaceTB--SmolLM2-135M-Instruct/refs/main
 
 $(STANDIN): | setup
-	$(PY) -m pipeline.standin --out data/standin/SmolLM2-135M-Instruct --hub-cache data/hub-cache
+	$(PY) -m pipeline.models.standin --out data/standin/SmolLM2-135M-Instruct --hub-cache data/hub-cache
 
 demo: setup $(STANDIN)
 	.venv/bin/snakemake --cores $(CORES) --configfile config/demo-smollm2.yaml

@@ -1,4 +1,4 @@
-"""Small-head causal attention (pipeline/attention.py) vs torch's SDPA on CPU, by head dimension.
+"""Small-head causal attention (pipeline/models/attention.py) vs torch's SDPA on CPU, by head dimension.
 
 Prints milliseconds per call (forward in inference mode, and forward + backward) of both for
 shapes of the pipeline's models, their ratio, and the largest difference of the outputs and input
@@ -16,10 +16,18 @@ import time
 import torch
 import torch.nn.functional as F
 
-from pipeline.attention import small_head_attention
+from pipeline.models.attention import small_head_attention
 
 # (batch, heads, seq, head_dim): training and evaluation batches of the tiny preset, then wider heads
-SHAPES = [(16, 4, 128, 8), (64, 4, 128, 8), (16, 2, 128, 16), (16, 8, 128, 16), (16, 4, 128, 32), (16, 4, 128, 64), (4, 4, 512, 8)]
+SHAPES = [
+    (16, 4, 128, 8),
+    (64, 4, 128, 8),
+    (16, 2, 128, 16),
+    (16, 8, 128, 16),
+    (16, 4, 128, 32),
+    (16, 4, 128, 64),
+    (4, 4, 512, 8),
+]
 
 
 def sdpa(q, k, v):
@@ -49,7 +57,9 @@ def main() -> None:
     torch.set_flush_denormal(True)
     torch.manual_seed(0)
     print(f"{args.threads} threads, median of {args.repeats}; ms per call")
-    print(f"{'B,H,T,D':>16} | {'fwd sdpa':>8} {'small':>7} {'ratio':>6} | {'fwd+bwd sdpa':>12} {'small':>7} {'ratio':>6} | max |diff| out, grads")
+    print(
+        f"{'B,H,T,D':>16} | {'fwd sdpa':>8} {'small':>7} {'ratio':>6} | {'fwd+bwd sdpa':>12} {'small':>7} {'ratio':>6} | max |diff| out, grads"
+    )
     for b, h, t, d in SHAPES:
         q, k, v = (torch.randn(b, h, t, d, requires_grad=True) for _ in range(3))
         g = torch.randn(b, t, h, d)
@@ -65,13 +75,18 @@ def main() -> None:
             return [x.grad.clone() for x in (q, k, v)]
 
         f_sdpa, f_small = best_ms(lambda: fwd(sdpa), args.repeats), best_ms(lambda: fwd(small), args.repeats)
-        b_sdpa, b_small = best_ms(lambda: fwd_bwd(sdpa), args.repeats), best_ms(lambda: fwd_bwd(small), args.repeats)
+        b_sdpa, b_small = (
+            best_ms(lambda: fwd_bwd(sdpa), args.repeats),
+            best_ms(lambda: fwd_bwd(small), args.repeats),
+        )
         with torch.no_grad():
             d_out = (sdpa(q, k, v) - small(q, k, v)).abs().max().item()
         d_grad = max((a - c).abs().max().item() for a, c in zip(fwd_bwd(sdpa), fwd_bwd(small)))
         shape = f"{b},{h},{t},{d}"
-        print(f"{shape:>16} | {f_sdpa:8.2f} {f_small:7.2f} {f_sdpa / f_small:5.2f}x | {b_sdpa:12.2f} {b_small:7.2f} {b_sdpa / b_small:5.2f}x | "
-              f"{d_out:.1e}, {d_grad:.1e}")
+        print(
+            f"{shape:>16} | {f_sdpa:8.2f} {f_small:7.2f} {f_sdpa / f_small:5.2f}x | {b_sdpa:12.2f} {b_small:7.2f} {b_sdpa / b_small:5.2f}x | "
+            f"{d_out:.1e}, {d_grad:.1e}"
+        )
 
 
 if __name__ == "__main__":

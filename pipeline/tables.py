@@ -12,9 +12,10 @@ import hashlib
 import json
 import math
 import subprocess
+from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import pandas as pd
 import pyarrow as pa
@@ -49,14 +50,26 @@ PROVENANCE_COLUMNS: dict[str, pa.DataType] = {
 }
 SCHEMA = pa.schema([pa.field(k, v) for k, v in {**METRIC_COLUMNS, **PROVENANCE_COLUMNS}.items()])
 
-PROVENANCE_PACKAGES = ("torch", "transformers", "tokenizers", "datasets", "lm-eval", "numpy", "pandas", "pyarrow", "snakemake")
+PROVENANCE_PACKAGES = (
+    "torch",
+    "transformers",
+    "tokenizers",
+    "datasets",
+    "lm-eval",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "snakemake",
+)
 
 
 def metric_row(**fields: Any) -> dict[str, Any]:
     """One tidy row; unknown keys are an error, missing hyperparameters are null."""
     unknown = set(fields) - set(METRIC_COLUMNS)
     if unknown:
-        raise KeyError(f"unknown metric columns {sorted(unknown)}; expected a subset of {list(METRIC_COLUMNS)}")
+        raise KeyError(
+            f"unknown metric columns {sorted(unknown)}; expected a subset of {list(METRIC_COLUMNS)}"
+        )
     row = {k: None for k in METRIC_COLUMNS}
     row["diverged"] = False
     row.update(fields)
@@ -71,7 +84,9 @@ def metric_row(**fields: Any) -> dict[str, Any]:
 def metrics_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """Rows -> DataFrame with exactly the metric columns, typed."""
     df = pd.DataFrame(list(rows), columns=list(METRIC_COLUMNS))
-    table = pa.Table.from_pandas(df, schema=pa.schema([pa.field(k, v) for k, v in METRIC_COLUMNS.items()]), preserve_index=False)
+    table = pa.Table.from_pandas(
+        df, schema=pa.schema([pa.field(k, v) for k, v in METRIC_COLUMNS.items()]), preserve_index=False
+    )
     return table.to_pandas()
 
 
@@ -101,8 +116,16 @@ def config_hash(config: Mapping[str, Any]) -> str:
 def git_commit(repo: str | Path = ".") -> str:
     """Current commit of the workflow repository, with '-dirty' if it has changes."""
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -120,4 +143,8 @@ def package_versions(names: Iterable[str] = PROVENANCE_PACKAGES) -> str:
 
 
 def provenance(config: Mapping[str, Any], repo: str | Path = ".") -> dict[str, str]:
-    return {"config_hash": config_hash(config), "git_commit": git_commit(repo), "packages": package_versions()}
+    return {
+        "config_hash": config_hash(config),
+        "git_commit": git_commit(repo),
+        "packages": package_versions(),
+    }

@@ -3,13 +3,13 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from pipeline.benchmarks import BenchmarkError, benchmark_config, validate_benchmark_tasks
-from pipeline.checkpoints import study_checkpoints
-from pipeline.hub import HubRevisionError, check_hub_checkpoints
-from pipeline.corpus import EMBEDDED_PACKAGES
-from pipeline.presets import finetune_lr_grid, format_hparam, job_resources, steps_for_budget
-from pipeline.tasks import TASK_NAMES, TaskError, task_files
-from pipeline.theory import FIGURE_STEMS
+from pipeline.evaluate.benchmarks import BenchmarkError, benchmark_config, validate_benchmark_tasks
+from pipeline.models.checkpoints import study_checkpoints
+from pipeline.models.hub import HubRevisionError, check_hub_checkpoints
+from pipeline.data.corpus import EMBEDDED_PACKAGES
+from pipeline.models.presets import finetune_lr_grid, format_hparam, job_resources, steps_for_budget
+from pipeline.data.tasks import TASK_NAMES, TaskError, task_files
+from pipeline.theory.stage import FIGURE_STEMS
 
 
 wildcard_constraints:
@@ -74,7 +74,9 @@ def _check_grid(key, values):
     names = [format_hparam(v) for v in values]
     clash = sorted({n for n in names if names.count(n) > 1})
     if clash:
-        raise WorkflowError(f"invalid config: {key} has values that differ only beyond 6 significant digits: {clash}")
+        raise WorkflowError(
+            f"invalid config: {key} has values that differ only beyond 6 significant digits: {clash}"
+        )
 
 
 def finetune_config():
@@ -87,7 +89,7 @@ def eval_config():
 
 
 def bench_config():
-    """`eval.benchmarks` with its defaults (pipeline.benchmarks); no tasks: no benchmark jobs."""
+    """`eval.benchmarks` with its defaults (pipeline.evaluate.benchmarks); no tasks: no benchmark jobs."""
     return benchmark_config(config["eval"].get("benchmarks"))
 
 
@@ -138,7 +140,10 @@ def provenance_config():
     cfg = {k: v for k, v in config.items() if k != "analysis"}
     if not benchmarks_enabled():  # benchmark settings without benchmark tasks change no number
         cfg["eval"] = eval_config()
-    return {k: ({kk: vv for kk, vv in v.items() if kk not in skip} if isinstance(v, dict) else v) for k, v in cfg.items()}
+    return {
+        k: ({kk: vv for kk, vv in v.items() if kk not in skip} if isinstance(v, dict) else v)
+        for k, v in cfg.items()
+    }
 
 
 def job_preset(wildcards):
@@ -158,12 +163,17 @@ def preset_resources(stage):
     for memory or time comes back larger."""
 
     def get(wildcards, key, attempt):
-        return job_resources(job_preset(wildcards), stage, "cuda" if gpu_count() else "cpu", job_params(wildcards))[key] * attempt
+        return (
+            job_resources(
+                job_preset(wildcards), stage, "cuda" if gpu_count() else "cpu", job_params(wildcards)
+            )[key]
+            * attempt
+        )
 
     return {
         "mem_mb": lambda wc, attempt: get(wc, "mem_mb", attempt),
         "runtime": lambda wc, attempt: get(wc, "runtime", attempt),
-        "gpu": gpu_count(),  # one device per job whatever the model (pipeline.presets.job_resources)
+        "gpu": gpu_count(),  # one device per job whatever the model (pipeline.models.presets.job_resources)
     }
 
 
@@ -241,7 +251,9 @@ def finetune_parts():
         for task in ft["tasks"]:
             out.append(study_path(f"finetune/{name}/{task}/base.parquet"))
             out += [
-                study_path(f"finetune/{name}/{task}/lr{format_hparam(lr)}_lam{format_hparam(lam)}_seed{seed}.parquet")
+                study_path(
+                    f"finetune/{name}/{task}/lr{format_hparam(lr)}_lam{format_hparam(lam)}_seed{seed}.parquet"
+                )
                 for lr in finetune_lrs()
                 for lam in ft["lambdas"]
                 for seed in ft["seeds"]
@@ -274,12 +286,19 @@ def benchmark_figure_inputs(wildcards):
 
 
 def metric_parts():
-    return perturb_parts() + lm_eval_parts() + finetune_parts() + ([study_path("theory/metrics.parquet")] if theory_enabled() else [])
+    return (
+        perturb_parts()
+        + lm_eval_parts()
+        + finetune_parts()
+        + ([study_path("theory/metrics.parquet")] if theory_enabled() else [])
+    )
 
 
 def theory_outputs():
     """Everything the theory stage writes (rule all asks for it when theory.enabled)."""
-    return [study_path("theory/metrics.parquet")] + [study_path(f"figures/{s}.{ext}") for s in FIGURE_STEMS for ext in FORMATS]
+    return [study_path("theory/metrics.parquet")] + [
+        study_path(f"figures/{s}.{ext}") for s in FIGURE_STEMS for ext in FORMATS
+    ]
 
 
 def all_outputs():
@@ -341,7 +360,9 @@ def check_cluster_jobs(jobs, executor):
         for key in CLUSTER_KEYS:
             value = resources.get(key)
             if isinstance(value, str) and value.startswith("<") and value.endswith(">"):
-                hint = " (or delete that line on a cluster without accounts)" if key == "slurm_account" else ""
+                hint = (
+                    " (or delete that line on a cluster without accounts)" if key == "slurm_account" else ""
+                )
                 raise WorkflowError(
                     f"cluster profile: {key}={value!r} (job {name}) is still the placeholder of profiles/slurm/config.yaml; "
                     f"set {key} under default-resources in the profile{hint}"

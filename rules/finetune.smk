@@ -40,7 +40,11 @@ rule task_base:
         **preset_resources("perturb"),
     params:
         spec=checkpoint_spec,
-        hp={k: v for k, v in finetune_hparams().items() if k in ("seq_len", "eval_batch_size", "eval_max_tokens")},
+        hp={
+            k: v
+            for k, v in finetune_hparams().items()
+            if k in ("seq_len", "eval_batch_size", "eval_max_tokens")
+        },
         device=DEVICE,
     script:
         "scripts/task_base.py"

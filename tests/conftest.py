@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.corpus import load_embedded
-from pipeline.models import build_model, model_config
-from pipeline.tokenizer import as_hf_tokenizer, train_bpe
+from pipeline.data.corpus import load_embedded
+from pipeline.data.tokenizer import as_hf_tokenizer, train_bpe
+from pipeline.models.build import build_model, model_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ROOT / "data" / "packages"

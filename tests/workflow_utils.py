@@ -42,9 +42,16 @@ def workflow_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def snakemake(configfile: Path, *args: str, timeout: int = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def snakemake(
+    configfile: Path, *args: str, timeout: int = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [*SNAKEMAKE, "--configfile", str(configfile), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env or workflow_env()
+        [*SNAKEMAKE, "--configfile", str(configfile), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or workflow_env(),
     )
 
 

@@ -1,9 +1,10 @@
 """Rule analysis: deltas vs base, progressive sensitivity and inflection points."""
+
 import logging
 
 import pandas as pd
 
-from pipeline.analysis import deltas, inflection_table, sensitivity_table
+from pipeline.analysis.stats import deltas, inflection_table, sensitivity_table
 from pipeline.io import write_parquet
 from pipeline.runtime import setup_logging
 
@@ -13,7 +14,9 @@ metrics = pd.read_parquet(snakemake.input[0])
 lm = metrics[(metrics["source"] != "theory") & (metrics["eval_data"] != "weights")]
 d = deltas(lm, "ppl")
 sens = sensitivity_table(d)
-infl = inflection_table(d, n_bootstrap=snakemake.params.bootstrap, seed=snakemake.params.seed, ci=snakemake.params.ci)
+infl = inflection_table(
+    d, n_bootstrap=snakemake.params.bootstrap, seed=snakemake.params.seed, ci=snakemake.params.ci
+)
 write_parquet(snakemake.output.deltas, d)
 write_parquet(snakemake.output.sensitivity, sens)
 write_parquet(snakemake.output.inflection, infl)

@@ -1,17 +1,26 @@
 """Rule figures: progressive sensitivity (Figure 3 analogue) and inflection point vs gamma."""
+
 from pathlib import Path
 
 import pandas as pd
 
-from pipeline.figures import plot_inflection, plot_progressive_sensitivity
+from pipeline.analysis.sweep_figures import plot_inflection, plot_progressive_sensitivity
 from pipeline.runtime import setup_logging
 
 setup_logging(snakemake.log[0])
 metrics = pd.read_parquet(snakemake.input.metrics)
-base = metrics[(metrics["modification"] == "none") & (metrics["metric"] == "ppl") & (metrics["eval_data"] == "pretrain")]
+base = metrics[
+    (metrics["modification"] == "none") & (metrics["metric"] == "ppl") & (metrics["eval_data"] == "pretrain")
+]
 d = pd.read_parquet(snakemake.input.deltas)
 infl = pd.read_parquet(snakemake.input.inflection)
 infl = infl[(infl["modification"] == "gaussian") & (infl["eval_data"] == "pretrain")]
 formats = [Path(p).suffix[1:] for p in snakemake.output.sensitivity]
-plot_progressive_sensitivity(d[d["modification"] == "gaussian"], base, infl, Path(snakemake.output.sensitivity[0]).with_suffix(""), formats)
+plot_progressive_sensitivity(
+    d[d["modification"] == "gaussian"],
+    base,
+    infl,
+    Path(snakemake.output.sensitivity[0]).with_suffix(""),
+    formats,
+)
 plot_inflection(infl, Path(snakemake.output.inflection[0]).with_suffix(""), formats)

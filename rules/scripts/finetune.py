@@ -1,8 +1,9 @@
 """Rule finetune: one checkpoint fine-tuned on one task at one (lr, lambda, seed), evaluated in memory."""
-from pipeline.checkpoints import CheckpointSpec
-from pipeline.finetune import FinetuneConfig, finetune_run
+
+from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.runtime import pick_device, set_threads, setup_logging
 from pipeline.tables import write_metrics
+from pipeline.train.finetune import FinetuneConfig, finetune_run
 
 setup_logging(snakemake.log[0])
 set_threads(snakemake.threads)

@@ -1,10 +1,11 @@
 """Rule finetune_analysis: the tuned-learning-rate view (Figure 6), optimal LR vs tokens and
 its Figure 7 scenario (Figure 34)."""
+
 import logging
 
 import pandas as pd
 
-from pipeline.analysis import optimal_lr_table, tuned_table
+from pipeline.analysis.stats import optimal_lr_table, tuned_table
 from pipeline.io import write_parquet
 from pipeline.runtime import setup_logging
 

@@ -1,9 +1,10 @@
 """Rule finetune_figures: fixed-LR (Figures 4/5), tuned-LR (Figures 6/34) and distance (Figure 8) views."""
+
 from pathlib import Path
 
 import pandas as pd
 
-from pipeline.finetune_figures import plot_distance, plot_fixed_lr, plot_tuned
+from pipeline.analysis.finetune_figures import plot_distance, plot_fixed_lr, plot_tuned
 from pipeline.runtime import setup_logging
 
 setup_logging(snakemake.log[0])
@@ -14,5 +15,10 @@ infl = pd.read_parquet(snakemake.input.inflection)
 out = snakemake.output
 formats = [Path(p).suffix[1:] for p in out.fixed]
 plot_fixed_lr(d, base, infl, Path(out.fixed[0]).with_suffix(""), formats, snakemake.params.max_pretrain_ppl)
-plot_tuned(pd.read_parquet(snakemake.input.tuned), pd.read_parquet(snakemake.input.optimal_lr), Path(out.tuned[0]).with_suffix(""), formats)
+plot_tuned(
+    pd.read_parquet(snakemake.input.tuned),
+    pd.read_parquet(snakemake.input.optimal_lr),
+    Path(out.tuned[0]).with_suffix(""),
+    formats,
+)
 plot_distance(metrics, Path(out.distance[0]).with_suffix(""), formats)

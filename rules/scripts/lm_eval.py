@@ -1,7 +1,8 @@
 """Rule lm_eval: the lm-eval benchmark suite on a checkpoint's base model and its Gaussian perturbations."""
-from pipeline.benchmark_sweep import benchmark_grid
-from pipeline.checkpoints import CheckpointSpec
+
+from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.runtime import pick_device, set_threads, setup_logging
+from pipeline.sweeps.benchmark_grid import benchmark_grid
 from pipeline.tables import write_metrics
 
 setup_logging(snakemake.log[0])

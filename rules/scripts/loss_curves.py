@@ -1,10 +1,11 @@
 """Rule loss_curves: training loss of every pre-training run."""
+
 import json
 from pathlib import Path
 
 import pandas as pd
 
-from pipeline.figures import plot_loss_curves
+from pipeline.analysis.sweep_figures import plot_loss_curves
 from pipeline.runtime import setup_logging
 
 setup_logging(snakemake.log[0])

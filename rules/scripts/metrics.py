@@ -1,4 +1,5 @@
 """Rule metrics: every job's rows in one tidy Parquet, stamped with provenance."""
+
 import logging
 
 from pipeline.io import write_parquet

@@ -1,7 +1,8 @@
 """Rule perturb: base + gamma x seed Gaussian perturbations of one checkpoint, evaluated in memory."""
-from pipeline.checkpoints import CheckpointSpec
-from pipeline.perturb_sweep import perturbation_grid
+
+from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.runtime import pick_device, set_threads, setup_logging
+from pipeline.sweeps.perturb_grid import perturbation_grid
 from pipeline.tables import write_metrics
 
 setup_logging(snakemake.log[0])

@@ -1,8 +1,9 @@
 """Rule task_base: in-domain metrics of an unmodified checkpoint on one fine-tuning task."""
-from pipeline.checkpoints import CheckpointSpec
-from pipeline.finetune import FinetuneConfig, task_base_rows
+
+from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.runtime import pick_device, set_threads, setup_logging
 from pipeline.tables import write_metrics
+from pipeline.train.finetune import FinetuneConfig, task_base_rows
 
 setup_logging(snakemake.log[0])
 set_threads(snakemake.threads)

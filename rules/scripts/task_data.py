@@ -1,10 +1,11 @@
 """Rule task_data: one fine-tuning task's train/validation/test splits as a table."""
+
 import logging
 
-from pipeline.finetune_data import task_frame
+from pipeline.data.encode import task_frame
+from pipeline.data.tasks import load_task, task_stats
 from pipeline.io import write_parquet
 from pipeline.runtime import setup_logging
-from pipeline.tasks import load_task, task_stats
 
 setup_logging(snakemake.log[0])
 task = load_task(snakemake.wildcards.task, snakemake.params.cfg)

@@ -1,9 +1,10 @@
-"""Rule theory: the two-layer linear network stage (pipeline.theory) -> metrics + four figures."""
+"""Rule theory: the two-layer linear network stage (pipeline.theory.stage) -> metrics + four figures."""
+
 from pathlib import Path
 
 from pipeline.runtime import setup_logging
 from pipeline.tables import write_metrics
-from pipeline.theory import plot_theory, run_theory
+from pipeline.theory.stage import plot_theory, run_theory
 
 setup_logging(snakemake.log[0])
 df = run_theory(snakemake.params.cfg, study=snakemake.config["study"])

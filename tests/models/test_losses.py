@@ -1,0 +1,217 @@
+"""The chunked fused output layer + cross-entropy: same loss and gradients as full logits."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pipeline.train.loop
+from pipeline.data.tokenizer import token_stream
+from pipeline.models.losses import (
+    IGNORE_INDEX,
+    body_hidden,
+    fused_head,
+    fused_linear_cross_entropy,
+    linear_nll_sum,
+)
+from pipeline.train.loop import ChunkSampler, TrainConfig, train
+
+
+@pytest.fixture(scope="module")
+def tokens(tokenizer, moby_docs):
+    return token_stream(tokenizer, [d.text for d in moby_docs[:5]])
+
+
+def _hidden_and_labels(model, tokens, rows=5, seq=60):
+    """Real final hidden states of the tiny model on Moby-Dick, with unscored rows mixed in."""
+    x = torch.from_numpy(tokens[: rows * seq + 1].astype(np.int64))
+    inputs, labels = x[:-1].reshape(rows, seq), x[1:].reshape(rows, seq).clone()
+    labels[0, :7] = IGNORE_INDEX  # e.g. a prompt
+    labels[3, 40:] = IGNORE_INDEX  # e.g. padding
+    with torch.no_grad():
+        hidden = body_hidden(fused_head(model)[0], inputs)
+    return hidden.reshape(-1, hidden.size(-1)), labels.reshape(-1)
+
+
+@pytest.mark.parametrize("chunk_size", [64, 7, 4096])  # 300 rows: chunks that do not divide N, and one chunk
+def test_fused_loss_and_gradients_equal_full_logits(tiny_model, tokens, chunk_size):
+    hidden, labels = _hidden_and_labels(tiny_model, tokens)
+    weight = tiny_model.lm_head.weight.detach()
+
+    h_ref, w_ref = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    ref = F.cross_entropy(h_ref @ w_ref.T, labels, ignore_index=IGNORE_INDEX)
+    (2.5 * ref).backward()  # an upstream gradient other than 1
+
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    loss = fused_linear_cross_entropy(h, w, labels, chunk_size=chunk_size)
+    (2.5 * loss).backward()
+
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, ref, rtol=1e-6, atol=0)
+    for got, want in ((h.grad, h_ref.grad), (w.grad, w_ref.grad)):  # float32 sums in another order
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    ignored = (labels == IGNORE_INDEX).nonzero().squeeze(1)
+    assert len(ignored) == 27 and torch.count_nonzero(h.grad[ignored]) == 0
+
+
+def test_fused_loss_skips_gradients_not_asked_for(tiny_model, tokens):
+    hidden, labels = _hidden_and_labels(tiny_model, tokens)
+    w = tiny_model.lm_head.weight.detach().clone().requires_grad_()
+    fused_linear_cross_entropy(hidden, w, labels, chunk_size=100).backward()  # frozen inputs, trainable head
+    want = torch.autograd.grad(F.cross_entropy(hidden @ w.T, labels), w)[0]
+    torch.testing.assert_close(w.grad, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    with torch.no_grad():
+        torch.testing.assert_close(
+            fused_linear_cross_entropy(hidden, w, labels),
+            F.cross_entropy(hidden @ w.T, labels),
+            rtol=1e-6,
+            atol=0,
+        )
+
+
+def test_eval_nll_sum_equals_full_logits(tiny_model, tokens):
+    hidden, labels = _hidden_and_labels(tiny_model, tokens)
+    weight = tiny_model.lm_head.weight.detach()
+    scored = labels != IGNORE_INDEX
+    want = F.cross_entropy(hidden @ weight.T, labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    torch.testing.assert_close(
+        linear_nll_sum(hidden[scored], weight, labels[scored], chunk_size=50), want, rtol=1e-6, atol=0
+    )
+
+
+@pytest.mark.parametrize(
+    "offset", [0.0, 120.0, -150.0]
+)  # logits near 0, past exp2's float32 range, all far below 0
+def test_extreme_logits_give_the_same_loss_and_gradients(tiny_model, tokens, offset):
+    """Rows whose unshifted 2^logit would overflow or underflow take the max-shifted path (CPU)."""
+    hidden, labels = _hidden_and_labels(tiny_model, tokens, rows=4, seq=30)
+    weight = tiny_model.lm_head.weight.detach()
+    # a constant added to every logit of some rows: one column of ones in hidden and weight
+    h0 = torch.cat([hidden, torch.zeros(len(hidden), 1)], 1)
+    h0[::3, -1] = offset
+    w0 = torch.cat([weight, torch.ones(len(weight), 1)], 1)
+    ref_h, ref_w = h0.clone().requires_grad_(), w0.clone().requires_grad_()
+    ref = F.cross_entropy(ref_h @ ref_w.T, labels, ignore_index=IGNORE_INDEX)
+    ref.backward()
+    h, w = h0.clone().requires_grad_(), w0.clone().requires_grad_()
+    loss = fused_linear_cross_entropy(h, w, labels, chunk_size=16)
+    loss.backward()
+    assert torch.isfinite(loss)
+    torch.testing.assert_close(loss, ref, rtol=1e-6, atol=0)
+    # the added column's gradient is 0 in exact arithmetic (softmax - onehot sums to 0): rounding only
+    for got, want in ((h.grad[:, :-1], ref_h.grad[:, :-1]), (w.grad, ref_w.grad)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    scored = labels != IGNORE_INDEX
+    want = F.cross_entropy(h0 @ w0.T, labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    torch.testing.assert_close(
+        linear_nll_sum(h0[scored], w0, labels[scored], chunk_size=16), want, rtol=1e-6, atol=0
+    )
+
+
+def test_bf16_model_gives_a_float32_accurate_loss(tiny_model, tokens):
+    model = tiny_model.to(torch.bfloat16)
+    hidden, labels = _hidden_and_labels(model, tokens)
+    w = model.lm_head.weight.detach().clone().requires_grad_()
+    h = hidden.clone().requires_grad_()
+    assert h.dtype == w.dtype == torch.bfloat16
+
+    loss = fused_linear_cross_entropy(h, w, labels, chunk_size=64)
+    loss.backward()
+    exact = F.cross_entropy(
+        hidden.double() @ w.detach().double().T, labels
+    )  # the same bf16 numbers, float64 arithmetic
+    bf16_logits = F.cross_entropy(
+        (hidden @ w.detach().T).float(), labels
+    )  # what rounding the logits to bf16 gives
+    assert loss.dtype == torch.float32 and h.grad.dtype == w.grad.dtype == torch.bfloat16
+    assert abs(loss.item() - exact.item()) < 1e-5 * exact.item()
+    assert abs(loss.item() - exact.item()) < abs(bf16_logits.item() - exact.item())
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast does not lower the head's precision either
+        assert (
+            abs(fused_linear_cross_entropy(hidden, w.detach(), labels).item() - exact.item())
+            < 1e-5 * exact.item()
+        )
+
+
+def test_fused_head_of_a_plain_causal_lm(tiny_model):
+    body, weight = fused_head(tiny_model)
+    assert body is tiny_model.model and weight is tiny_model.lm_head.weight
+    assert tiny_model.training  # the probe pass restores the mode
+
+
+def test_fallback_for_a_head_with_bias(tiny_model):
+    old = tiny_model.lm_head
+    tiny_model.lm_head = torch.nn.Linear(old.in_features, old.out_features, bias=True)
+    assert fused_head(tiny_model) is None
+
+
+def test_fallback_for_logit_transforms(tiny_model):
+    tiny_model.config.final_logit_softcapping = 30.0  # Gemma-2 style, named in the config
+    assert fused_head(tiny_model) is None
+    tiny_model.config.final_logit_softcapping = None
+    assert fused_head(tiny_model) is not None
+
+    def halve_logits(module, args, output):  # a transform no config field announces
+        output.logits = output.logits / 2
+        return output
+
+    tiny_model.register_forward_hook(halve_logits)
+    assert fused_head(tiny_model) is None
+
+
+def test_training_through_the_fused_head_matches_the_full_logits_path(tiny_model, tokens, monkeypatch):
+    sampler = ChunkSampler(tokens, 32, 4, seed=0)
+    cfg = TrainConfig(steps=8, lr=1e-2, log_every=1)
+    init = {k: v.clone() for k, v in tiny_model.state_dict().items()}
+    fused = train(tiny_model, sampler.batch, cfg)
+    fused_weights = {k: v.clone() for k, v in tiny_model.state_dict().items()}
+
+    tiny_model.load_state_dict(init)
+    monkeypatch.setattr(pipeline.train.loop, "fused_head", lambda model: None)
+    full = train(tiny_model, sampler.batch, cfg)
+    np.testing.assert_allclose(fused.losses, full.losses, rtol=1e-5)
+    for k, v in tiny_model.state_dict().items():
+        torch.testing.assert_close(
+            fused_weights[k], v, rtol=1e-4, atol=2e-5
+        )  # Adam magnifies 1e-7 differences of near-zero gradients
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fused_loss_on_cuda(dtype):
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(3000, 64, generator=gen).to("cuda", dtype)
+    weight = (0.1 * torch.randn(5000, 64, generator=gen)).to("cuda", dtype)
+    labels = torch.randint(0, 5000, (3000,), generator=gen).cuda()
+    labels[::5] = IGNORE_INDEX
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    loss = fused_linear_cross_entropy(h, w, labels, chunk_size=700)
+    loss.backward()
+    h_ref, w_ref = hidden.double().requires_grad_(), weight.double().requires_grad_()
+    ref = F.cross_entropy(h_ref @ w_ref.T, labels)
+    ref.backward()
+    assert loss.dtype == torch.float32 and abs(loss.item() - ref.item()) < 1e-5 * ref.item()
+    tol = 1e-4 if dtype == torch.float32 else 2e-2  # gradients are returned in the model's dtype
+    for got, want in ((h.grad, h_ref.grad), (w.grad, w_ref.grad)):
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * float(want.abs().max()))
+    scored = labels != IGNORE_INDEX
+    nll = linear_nll_sum(hidden[scored], weight, labels[scored])
+    assert abs(nll.item() - ref.item() * int(scored.sum())) < 1e-5 * ref.item() * int(scored.sum())
+
+
+def test_tied_embeddings_get_the_gradient_of_both_uses(tiny_model, tokens):
+    tiny_model.lm_head.weight = tiny_model.model.embed_tokens.weight  # input and output embedding shared
+    body, weight = fused_head(tiny_model)
+    assert weight is tiny_model.model.embed_tokens.weight
+    x = torch.from_numpy(tokens[:129].astype(np.int64))
+    inputs, labels = x[:-1].reshape(2, 64), x[1:].reshape(2, 64)
+
+    F.cross_entropy(
+        tiny_model(input_ids=inputs).logits.reshape(-1, weight.size(0)), labels.reshape(-1)
+    ).backward()
+    want = {n: p.grad.clone() for n, p in tiny_model.named_parameters()}
+    tiny_model.zero_grad()
+    fused_linear_cross_entropy(body_hidden(body, inputs), weight, labels).backward()
+    for n, p in tiny_model.named_parameters():
+        torch.testing.assert_close(p.grad, want[n], rtol=1e-4, atol=1e-5 * float(want[n].abs().max()))

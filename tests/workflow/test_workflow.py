@@ -1,0 +1,242 @@
+"""The real Snakefile end to end on the smoke config, and exact reruns after config changes."""
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from workflow_utils import (
+    ROOT,
+    SMOKE_STUDY,
+    local_smoke_study,
+    planned_jobs,
+    smoke_config,
+    snakemake,
+    write_config,
+)
+
+from pipeline.tables import SCHEMA
+
+STUDY = SMOKE_STUDY
+# aggregation downstream of any changed metrics file
+AGG = {"metrics": 1, "analysis": 1, "figures": 1, "finetune_analysis": 1, "finetune_figures": 1}
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """The smoke study, run once (fresh) per session and shared with test_slurm / test_report."""
+    out, cfg_path, _ = local_smoke_study(tmp_path_factory.mktemp("cfg"), STUDY)
+    return out, cfg_path
+
+
+def test_smoke_study_outputs(smoke_run):
+    out, _ = smoke_run
+    metrics = pd.read_parquet(out / "metrics.parquet")
+    assert pq.read_schema(out / "metrics.parquet").names == SCHEMA.names
+    cfg = smoke_config()
+    n_ckpt = len(cfg["pretrain"]["budgets"])
+    n_cells = 1 + len(cfg["perturb"]["gammas"]) * len(cfg["perturb"]["seeds"])
+    perturb = metrics[
+        metrics["modification"].isin(["none", "gaussian"]) & (metrics["eval_data"] == "pretrain")
+    ]
+    assert len(perturb) == n_ckpt * n_cells * 3  # ppl, bpb, loss
+    assert metrics["config_hash"].nunique() == 1 and metrics["git_commit"].iloc[0] != ""
+    ft = cfg["finetune"]
+    sft = metrics[metrics["modification"] == "sft"]
+    n_runs = n_ckpt * len(ft["tasks"]) * len(ft["learning_rates"]) * len(ft["lambdas"]) * len(ft["seeds"])
+    assert sft.groupby(["checkpoint", "task", "learning_rate", "lambda_reg", "seed"]).ngroups == n_runs
+    for task in ft["tasks"]:  # the base checkpoint's in-domain metrics are the Δ baseline
+        base_id = metrics[
+            (metrics["modification"] == "none")
+            & (metrics["eval_data"] == task)
+            & (metrics["metric"] == "ppl")
+        ]
+        assert len(base_id) == n_ckpt * 2  # validation + test
+    assert (sft[sft["metric"] == "distance_l2"]["value"] > 0).all()
+    tuned = pd.read_parquet(out / "analysis" / "finetune_tuned.parquet")
+    assert set(tuned["task"]) == set(ft["tasks"]) and tuned["learning_rate"].isin(ft["learning_rates"]).all()
+    ppl = perturb[perturb["metric"] == "ppl"]
+    assert (ppl["value"] > 1).all() and ppl["value"].notna().all()
+    base = ppl[ppl["modification"] == "none"].sort_values("budget")["value"].to_numpy()
+    assert base[-1] < base[0], "longer pre-training must improve the unperturbed model"
+    for name in (
+        "progressive_sensitivity.png",
+        "inflection_point.png",
+        "pretrain_loss.png",
+        "finetune_fixed_lr.png",
+        "finetune_tuned.png",
+        "finetune_distance.png",
+    ):
+        assert (out / "figures" / name).stat().st_size > 10_000
+    corpus = pd.read_parquet(out / "data" / "corpus.parquet")
+    assert set(corpus["split"]) == {"train", "validation", "test"}
+    sens = pd.read_parquet(out / "analysis" / "sensitivity.parquet")
+    assert set(sens.loc[sens["modification"] == "gaussian", "gamma"]) == set(cfg["perturb"]["gammas"])
+    assert set(sens.loc[sens["modification"] == "sft", "learning_rate"]) == set(
+        cfg["finetune"]["learning_rates"]
+    )
+
+
+def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
+    """Rerun the perturbation of one checkpoint from scratch (cache cleared): identical values."""
+    out, cfg_path = smoke_run
+    before = pd.read_parquet(out / "perturb" / "tiny-65536.parquet")
+    shutil.rmtree(out / "perturb" / ".cells" / "tiny-65536")
+    res = snakemake(cfg_path, "--cores", "1", "--forcerun", "perturb", "--until", "perturb")
+    assert res.returncode == 0, res.stderr[-3000:]
+    after = pd.read_parquet(out / "perturb" / "tiny-65536.parquet")
+    pd.testing.assert_frame_equal(before, after)
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        ({}, {}),
+        ({"perturb.gammas": [2, 6, 4]}, {"perturb": 3, **AGG}),
+        ({"perturb.seeds": [0, 1, 2]}, {"perturb": 3, **AGG}),
+        (
+            {"pretrain.budgets": [16384, 65536, 262144, 131072]},
+            {"pretrain": 1, "perturb": 1, "task_base": 2, "finetune": 2, "loss_curves": 1, **AGG},
+        ),
+        (
+            {"pretrain.lr": 0.02},
+            {"pretrain": 3, "perturb": 3, "task_base": 6, "finetune": 6, "loss_curves": 1, **AGG},
+        ),
+        ({"pretrain.log_every": 7, "pretrain.checkpoint_every": 33}, {}),  # cadence does not change numbers
+        ({"pretrain.threads": 2, "perturb.threads": 2, "finetune.threads": 2}, {}),  # neither do threads
+        ({"analysis.bootstrap": 50}, {"analysis": 1, "figures": 1, "finetune_figures": 1}),
+        (
+            {"finetune.learning_rates": [3.0e-3, 1.0e-3]},
+            {"finetune": 6, **AGG},
+        ),  # the new LR on 3 checkpoints x 2 tasks
+        (
+            {"finetune.learning_rates": [1.0e-3]},
+            {"finetune": 6, **AGG},
+        ),  # a changed LR: its jobs only, no task_base
+        ({"finetune.max_steps": 12}, {"finetune": 6, **AGG}),
+        (
+            {"finetune.task_data.mr.max_items.train": 300},
+            {"task_data": 1, "task_base": 3, "finetune": 3, **AGG},
+        ),
+        ({"finetune.log_every": 3, "finetune.checkpoint_every": 5}, {}),
+        ({"eval.benchmarks.num_fewshot": 3}, {}),  # benchmark settings without benchmark tasks
+        # benchmarks on: one lm_eval job per checkpoint; fine-tuned models are scored in their (rerun) jobs
+        (
+            {"eval.benchmarks.tasks": ["copa"], "eval.benchmarks.limit": 4},
+            {"lm_eval": 3, "finetune": 6, "benchmark_figures": 1, **AGG},
+        ),
+    ],
+    ids=[
+        "nothing",
+        "add-gamma",
+        "add-seed",
+        "add-budget",
+        "change-lr",
+        "logging-only",
+        "threads-only",
+        "bootstrap",
+        "add-ft-lr",
+        "change-ft-lr",
+        "ft-steps",
+        "task-data",
+        "ft-cadence",
+        "bench-off",
+        "bench-on",
+    ],
+)
+def test_config_change_reruns_exactly_the_touched_jobs(smoke_run, tmp_path, change, expected):
+    cfg = write_config(tmp_path, smoke_config(study=STUDY, **change))
+    jobs = planned_jobs(cfg)
+    jobs.pop("all", None), expected.pop("all", None)
+    assert jobs == expected
+
+
+def test_added_gamma_computes_only_new_cells(smoke_run, tmp_path):
+    out, _ = smoke_run
+    cfg = write_config(tmp_path, smoke_config(study=STUDY, **{"perturb.gammas": [2, 6, 4]}))
+    res = snakemake(cfg, "--cores", "2")
+    assert res.returncode == 0, res.stderr[-3000:]
+    log = (out / "logs" / "perturb" / "tiny-16384.log").read_text()
+    assert "2 cells computed, 5 from cache" in log
+    metrics = pd.read_parquet(out / "metrics.parquet")
+    assert set(metrics["gamma"].dropna()) == {2.0, 4.0, 6.0}
+
+
+def test_lint_is_clean():
+    res = snakemake(ROOT / "tests" / "smoke" / "config.yaml", "--lint")
+    assert res.returncode == 0 and "Lints for" not in res.stdout + res.stderr, res.stdout[-3000:]
+
+
+def test_unknown_executor_is_an_error(tmp_path):
+    cfg = write_config(tmp_path, smoke_config(study="ci-executor"))
+    res = snakemake(cfg, "--executor", "slurmm", "--jobs", "1")
+    assert res.returncode != 0 and "invalid choice: 'slurmm'" in res.stderr
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / "config.yaml").write_text("executor: slurmm\n")
+    res = snakemake(cfg, "--profile", str(profile))
+    assert res.returncode != 0 and "invalid choice: 'slurmm'" in res.stderr
+
+
+def test_snakefiles_are_snakefmt_formatted():
+    """`snakefmt --check` on the Snakefile and rules/ (line length: the project's, from pyproject.toml)."""
+    line_length = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]["line-length"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakefmt",
+        "--check",
+        "--line-length",
+        str(line_length),
+        "Snakefile",
+        "rules",
+    ]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, (
+        f"run: snakefmt --line-length {line_length} Snakefile rules\n{res.stdout[-2000:]}{res.stderr[-3000:]}"
+    )
+
+
+def job_resources_in_dry_run(configfile, *args):
+    """rule -> resources line of the first job of that rule in a dry run."""
+    res = snakemake(configfile, "-n", "--forceall", *args)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out, rule = {}, None
+    for line in (res.stdout + res.stderr).splitlines():
+        m = re.match(r"\s*(?:localrule|rule) (\w+):", line)
+        rule = m.group(1) if m else rule
+        m = re.match(r"\s*resources: (.*)", line)
+        if m and rule and rule not in out:
+            out[rule] = dict(kv.split("=", 1) for kv in m.group(1).split(", "))
+    return out
+
+
+def test_retries_ask_for_more_memory_and_time(tmp_path):
+    """Resources are functions of the attempt: attempt n asks for n x mem_mb and runtime (profiles/slurm retries)."""
+    cfg = write_config(tmp_path, smoke_config(study="ci-attempt"))
+    first, third = job_resources_in_dry_run(cfg), job_resources_in_dry_run(cfg, "--attempt", "3")
+    for rule in ("corpus", "pretrain", "perturb", "metrics", "figures"):
+        assert int(third[rule]["mem_mb"]) == 3 * int(first[rule]["mem_mb"]) > 0, rule
+        assert int(third[rule]["runtime"]) == 3 * int(first[rule]["runtime"]) > 0, rule
+    assert first["pretrain"]["gpu"] == third["pretrain"]["gpu"] == "0"  # device: cpu
+
+
+def test_paper_scale_dry_run_and_its_time():
+    """bench/bench_dryrun.py: the paper-scale DAG (plain, and through profiles/slurm with device cuda)."""
+    # one fine-tuning task keeps CI short: 3 sizes x 6 budgets x 27 LRs x 3 seeds = 1,458 jobs
+    res = subprocess.run(
+        [sys.executable, "bench/bench_dryrun.py", "--tasks", "code"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert re.search(r"pretrain\s+18\n", res.stdout) and re.search(r"perturb\s+18\n", res.stdout)
+    assert re.search(r"finetune\s+1458\n", res.stdout) and re.search(r"task_base\s+18\n", res.stdout)
+    assert re.search(r"dry run of the paper-scale grid: [\d.]+ s", res.stdout)
+    assert re.search(r"through profiles/slurm \(device cuda\): [\d.]+ s", res.stdout)
