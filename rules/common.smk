@@ -9,7 +9,9 @@ from pipeline.models.hub import HubRevisionError, check_hub_checkpoints
 from pipeline.data.corpus import EMBEDDED_PACKAGES
 from pipeline.models.presets import finetune_lr_grid, format_hparam, job_resources, steps_for_budget
 from pipeline.data.tasks import TASK_NAMES, TaskError, task_files
-from pipeline.theory.stage import FIGURE_STEMS
+from pipeline.workflow.figures import figure_names
+
+FIGURE_STEMS = figure_names("theory")
 
 
 wildcard_constraints:

@@ -39,6 +39,7 @@ import pandas as pd
 from scipy.signal import find_peaks
 
 from pipeline.tables import metric_row, metrics_frame
+from pipeline.workflow.figures import figure_names
 
 log = logging.getLogger(__name__)
 
@@ -913,7 +914,7 @@ def run_theory(cfg: Mapping[str, Any], study: str) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- figures
 
-FIGURE_STEMS = ("theory_perturbation", "theory_delta_pre", "theory_finetune_loss", "theory_lambda_sweep")
+FIGURE_STEMS = figure_names("theory")  # the registry (pipeline/workflow/figures.py) declares them
 
 
 def unpack_extra(df: pd.DataFrame) -> pd.DataFrame:
