@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 STAMP   := .venv/.installed
 CORES   ?= all
 
-.PHONY: setup apt-packages study test smoke demo lint bench clean
+.PHONY: setup apt-packages study test smoke demo lint bench clean docs
 
 setup: $(STAMP) data/packages/.fetched
 
@@ -35,6 +35,12 @@ test: setup apt-packages
 
 smoke: setup
 	.venv/bin/snakemake --cores $(CORES) --configfile tests/smoke/config.yaml
+
+# README's result tables and docs/figures from a finished study (default: the default study's results):
+# the rows they need go to docs/reference/, which a test renders and compares with README.md.
+DOCS_STUDY ?= results/default
+docs: setup
+	$(PY) -m pipeline.analysis.readme_tables $(DOCS_STUDY)
 
 # Offline demo of the hub path (issue 4): the packaged SmolLM2-135M exported into a local hub cache,
 # then perturbed and scored on perplexity + the lm-eval suite (config/demo-smollm2.yaml).

@@ -1,6 +1,10 @@
 # overtrain: checkpoint-sweep studies of catastrophic overtraining.
 # `snakemake --cores all` runs the study named in config.yaml (see README.md).
-from snakemake.utils import min_version, validate
+from pathlib import Path
+
+from snakemake.utils import min_version
+
+from pipeline.workflow.config import load_schema, validate_config
 
 min_version("9.0")
 
@@ -8,7 +12,8 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
-validate(config, "config/schema.yaml")
+# schema errors as one or two lines each (key, given, expected); then the schema's defaults
+validate_config(config, load_schema(Path(workflow.basedir, "config", "schema.yaml")))
 
 
 report: "report/workflow.rst"
@@ -27,7 +32,7 @@ include: "rules/theory.smk"
 rule all:
     default_target: True
     input:
-        all_outputs(),
+        targets.all_outputs(config, CHECKPOINTS),
 
 
 # Before any job starts: hub revisions exist (in the cache when offline); on a cluster, profile

@@ -58,7 +58,8 @@ def main() -> None:
     torch.manual_seed(0)
     print(f"{args.threads} threads, median of {args.repeats}; ms per call")
     print(
-        f"{'B,H,T,D':>16} | {'fwd sdpa':>8} {'small':>7} {'ratio':>6} | {'fwd+bwd sdpa':>12} {'small':>7} {'ratio':>6} | max |diff| out, grads"
+        f"{'B,H,T,D':>16} | {'fwd sdpa':>8} {'small':>7} {'ratio':>6} | "
+        f"{'fwd+bwd sdpa':>12} {'small':>7} {'ratio':>6} | max |diff| out, grads"
     )
     for b, h, t, d in SHAPES:
         q, k, v = (torch.randn(b, h, t, d, requires_grad=True) for _ in range(3))
@@ -84,7 +85,8 @@ def main() -> None:
         d_grad = max((a - c).abs().max().item() for a, c in zip(fwd_bwd(sdpa), fwd_bwd(small)))
         shape = f"{b},{h},{t},{d}"
         print(
-            f"{shape:>16} | {f_sdpa:8.2f} {f_small:7.2f} {f_sdpa / f_small:5.2f}x | {b_sdpa:12.2f} {b_small:7.2f} {b_sdpa / b_small:5.2f}x | "
+            f"{shape:>16} | {f_sdpa:8.2f} {f_small:7.2f} {f_sdpa / f_small:5.2f}x | "
+            f"{b_sdpa:12.2f} {b_small:7.2f} {b_sdpa / b_small:5.2f}x | "
             f"{d_out:.1e}, {d_grad:.1e}"
         )
 

@@ -38,7 +38,8 @@ def main() -> None:
         times.append(time.perf_counter() - t0)
     print(
         f"theory stage: d = {cfg['d']}, {len(cfg['spectra'])} spectra, {len(cfg['seeds'])} seeds, "
-        f"{len(cfg['perturbation']['gammas'])} gammas, {len(cfg['finetune']['lambdas'])} lambdas -> {rows} rows"
+        f"{len(cfg['perturbation']['gammas'])} gammas, {len(cfg['finetune']['lambdas'])} lambdas "
+        f"-> {rows} rows"
     )
     print(
         f"wall time over {args.repeats} runs: best {min(times):.2f} s, mean {sum(times) / len(times):.2f} s "

@@ -12,14 +12,14 @@ warm-up inside it; runs alternate (ours, theirs, ours, theirs, ...) and the medi
 reported, because run-to-run noise on a shared 2-core machine is large. The headline ratio is
 the pipeline as its jobs run (pipeline.runtime's process settings) against the library as
 shipped (torch's and glibc's defaults); the ratios with both under either setting are printed
-beside it. Separate processes
-matter: in one process, a run of the full-logits loss (the Trainer's) leaves the C allocator
-in a state that made later runs of the pipeline's loop ~25% slower, while the Trainer's own
-time did not depend on what ran before it.
+beside it. Separate processes matter: in one process, a run of the full-logits loss (the
+Trainer's) leaves the C allocator in a state that made later runs of the pipeline's loop ~25%
+slower, while the Trainer's own time did not depend on what ran before it.
 
 The pipeline jobs' process settings (`pipeline.runtime.set_threads`): denormals flushed, freed
-memory kept by malloc (`keep_freed_memory`). Also reports the share of a forward+backward step spent in the output layer +
-loss with full logits vs the chunked fused head (pipeline/models/losses.py).
+memory kept by malloc (`keep_freed_memory`). Also reports the share of a forward+backward step
+spent in the output layer + loss with full logits vs the chunked fused head
+(pipeline/models/losses.py).
 
 usage: python bench/bench_train_eval.py [--threads 2] [--steps 60] [--repeats 5] [--eval-repeats 5]
 """
@@ -168,7 +168,8 @@ def ours_sft(hf, enc, steps: int) -> float:
 
 
 def trainer_sft(hf, enc, steps: int, tmp: Path) -> float:
-    """The same items through transformers.Trainer: right-padded, attention mask, labels -100 except the label tokens."""
+    """The same items through transformers.Trainer: right-padded, attention mask, labels -100 except the
+    label tokens."""
     from transformers import Trainer, TrainingArguments
 
     class Items(torch.utils.data.Dataset):
@@ -384,8 +385,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-"))
     prepare(tmp)
     hf, _, _ = load(tmp)
+    n_params = sum(p.numel() for p in fresh_model(hf).parameters())
     print(
-        f"tiny Olmo2 ({sum(p.numel() for p in fresh_model(hf).parameters()) / 1e6:.2f}M params), batch {BATCH}x{SEQ}, "
+        f"tiny Olmo2 ({n_params / 1e6:.2f}M params), batch {BATCH}x{SEQ}, "
         f"{args.threads} threads, {args.steps} steps; each run in a fresh process"
     )
 
@@ -421,15 +423,18 @@ def report(case: str, runs: dict, lib: str, unit: str, target: str) -> float:
         name = "pipeline" if who == "ours" else lib
         rates = " ".join(f"{r['rate']:.0f}" for r in v)
         print(
-            f"{case:6s} runs {name:8s} {'tuned ' if tuned else 'default'}: {rates}  median {med[(who, tuned)]:.0f} {unit}"
+            f"{case:6s} runs {name:8s} {'tuned ' if tuned else 'default'}: {rates}  "
+            f"median {med[(who, tuned)]:.0f} {unit}"
         )
     ratio = med[("ours", True)] / med[("theirs", False)]
     print(
-        f"{case:6s} pipeline (its jobs' settings) {med[('ours', True)]:8.0f} | {lib} (as shipped) {med[('theirs', False)]:8.0f} {unit} | "
+        f"{case:6s} pipeline (its jobs' settings) {med[('ours', True)]:8.0f} | "
+        f"{lib} (as shipped) {med[('theirs', False)]:8.0f} {unit} | "
         f"ratio {ratio:.2f}x  {target}"
     )
     print(
-        f"{case:6s}   both with the pipeline's settings: ratio {med[('ours', True)] / med[('theirs', True)]:.2f}x; "
+        f"{case:6s}   both with the pipeline's settings: "
+        f"ratio {med[('ours', True)] / med[('theirs', True)]:.2f}x; "
         f"both with torch's and glibc's defaults: ratio {med[('ours', False)] / med[('theirs', False)]:.2f}x"
     )
     return ratio
@@ -439,7 +444,8 @@ def train_case(tmp: Path, args) -> None:
     report("train", alternate("train", tmp, args, args.repeats), "Trainer", "tok/s", "(target >= 1.5x)")
     share = run_child("loss-share", tmp, args)
     print(
-        f"train  output layer + loss share of one fwd+bwd step: full logits {share['full']:.0%} of {share['step_full_ms']:.1f} ms, "
+        "train  output layer + loss share of one fwd+bwd step: "
+        f"full logits {share['full']:.0%} of {share['step_full_ms']:.1f} ms, "
         f"chunked fused head {share['fused']:.0%} of {share['step_fused_ms']:.1f} ms"
     )
 
@@ -460,12 +466,13 @@ def eval_case(tmp: Path, args) -> None:
     ours, theirs = runs[("ours", True)], runs[("theirs", False)]
     ee = statistics.median(r["rate_with_encoding"] for r in ours)
     print(
-        f"eval   pipeline incl. encoding the text (once per job in the pipeline; inside lm-eval's call) {ee:8.0f} tok/s | "
-        f"ratio {ee / statistics.median(r['rate'] for r in theirs):.2f}x"
+        "eval   pipeline incl. encoding the text (once per job in the pipeline; inside lm-eval's call) "
+        f"{ee:8.0f} tok/s | ratio {ee / statistics.median(r['rate'] for r in theirs):.2f}x"
     )
     bpb_o, bpb_t = ours[0]["bpb"], theirs[0]["bpb"]
     print(
-        f"eval   bits/byte pipeline {bpb_o:.5f} vs lm-eval {bpb_t:.5f} (rel. diff {abs(bpb_o - bpb_t) / bpb_t:.2e}, target < 5e-3)"
+        f"eval   bits/byte pipeline {bpb_o:.5f} vs lm-eval {bpb_t:.5f} "
+        f"(rel. diff {abs(bpb_o - bpb_t) / bpb_t:.2e}, target < 5e-3)"
     )
 
 

@@ -23,7 +23,8 @@ def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{path.name}-", dir=path.parent)) / (path.name + suffix)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".tmp-{path.name}-", dir=path.parent))
+    tmp = tmp_dir / (path.name + suffix)
     try:
         yield tmp
         if path.is_dir() and not path.is_symlink():

@@ -1,4 +1,7 @@
-"""Job runtime set-up shared by the rule scripts: logging, threads, device."""
+"""Job runtime set-up shared by the rule scripts: logging, threads, device.
+
+torch is imported where it is used: jobs that only log (theory, figures, metrics) start without it.
+"""
 
 from __future__ import annotations
 
@@ -9,28 +12,69 @@ import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class _OwnRecords(logging.Filter):
+    """Records of the `pipeline` logger tree at INFO and up: what the main log shows of a job."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        own = record.name == "pipeline" or record.name.startswith("pipeline.")
+        return own and record.levelno >= logging.INFO
+
+
+def _job_label(log_file: Path) -> str:
+    """The job's name in the main log: its log path below `logs/`, without `.log`."""
+    parts = log_file.with_suffix("").parts
+    return "/".join(parts[len(parts) - parts[::-1].index("logs") :]) if "logs" in parts else log_file.stem
 
 
 def setup_logging(log_file: str | Path | None = None, level: int = logging.INFO) -> None:
-    """Log lines (with timestamps) to the rule's log file, or to stderr."""
-    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
-    if log_file:
-        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-        handlers = [logging.FileHandler(log_file, mode="w")]
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=handlers, force=True
+    """Send everything a job prints to its log file; the terminal gets only our own log records.
+
+    Without a log file: log records (with timestamps) to stderr. With one, file descriptors 1 and 2
+    are redirected to it, so library output (tqdm bars, transformers' "Loading weights", lm-eval's
+    per-request bars, C-level prints) lands in the job's log, not in Snakemake's main output. Every
+    log record goes to the file; records of the `pipeline` loggers at INFO and up also go to a copy
+    of the original stderr, prefixed with the job's name, so the main log shows progress (rate, ETA).
+    """
+    if not log_file:
+        handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+        logging.basicConfig(level=level, format=FORMAT, handlers=handlers, force=True)
+        logging.captureWarnings(True)
+        return
+    log_file = Path(log_file)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    terminal = open(  # open for the life of the process
+        os.dup(2), "w", buffering=1, encoding=sys.stderr.encoding or "utf-8", errors="backslashreplace"
     )
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout.reconfigure(line_buffering=True)  # keep prints and records in order in the file
+    to_file = logging.StreamHandler(sys.stderr)  # now the log file, shared with tqdm's writes
+    to_terminal = logging.StreamHandler(terminal)
+    to_terminal.addFilter(_OwnRecords())
+    label = _job_label(log_file).replace("%", "%%")
+    to_terminal.setFormatter(logging.Formatter(f"%(asctime)s [{label}] %(message)s", "%H:%M:%S"))
+    logging.basicConfig(level=level, format=FORMAT, handlers=[to_file], force=True)
+    logging.getLogger().addHandler(to_terminal)
     logging.captureWarnings(True)
-    if log_file:  # the traceback of a failing job in its log too (Snakemake points users there)
 
-        def log_uncaught(kind, value, tb):
-            logging.getLogger("pipeline").critical("uncaught exception", exc_info=(kind, value, tb))
-            sys.__excepthook__(kind, value, tb)
+    def log_uncaught(kind, value, tb) -> None:
+        """The traceback of a failing job, once in its log and once in the main log."""
+        logging.getLogger("pipeline").critical("uncaught exception", exc_info=(kind, value, tb))
 
-        sys.excepthook = log_uncaught
+    sys.excepthook = log_uncaught
 
 
 # glibc mallopt parameters
@@ -61,6 +105,8 @@ def set_threads(threads: int | None) -> int:
     Also flushes denormals on CPU (tiny models' softmax tails otherwise run several times
     slower) and keeps freed memory in the process (`keep_freed_memory`); bench/bench_train_eval.py.
     """
+    import torch
+
     torch.set_flush_denormal(True)
     keep_freed_memory()
     n = threads or 1
@@ -90,6 +136,8 @@ def map_cpu_threads(fn: Callable[[T], R], items: Sequence[T], device: torch.devi
     release the GIL. `fn` must not change shared state. Results keep the order of `items`, so
     callers sum them in a fixed order. On other devices, or with one thread: a plain loop.
     """
+    import torch
+
     workers = min(torch.get_num_threads(), len(items))
     if torch.device(device).type != "cpu" or workers <= 1:
         return [fn(x) for x in items]
@@ -104,6 +152,8 @@ def map_cpu_threads(fn: Callable[[T], R], items: Sequence[T], device: torch.devi
 
 def pick_device(requested: str = "auto") -> str:
     """'auto' -> cuda when available, else cpu; an explicit 'cuda' without a GPU is an error."""
+    import torch
+
     if requested == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if requested.startswith("cuda") and not torch.cuda.is_available():

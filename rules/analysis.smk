@@ -3,9 +3,9 @@
 
 rule metrics:
     input:
-        metric_parts(),
+        targets.metric_parts(config, CHECKPOINTS),
     output:
-        study_path("metrics.parquet"),
+        study_path(layout.METRICS),
     log:
         study_path("logs/metrics.log"),
     benchmark:
@@ -16,7 +16,7 @@ rule metrics:
     resources:
         **fixed_resources(2000, 10),
     params:
-        config=provenance_config(),
+        config=provenance_config(config),
         repo=workflow.basedir,
     script:
         "scripts/metrics.py"
@@ -24,11 +24,11 @@ rule metrics:
 
 rule analysis:
     input:
-        study_path("metrics.parquet"),
+        study_path(layout.METRICS),
     output:
         deltas=study_path("analysis/deltas.parquet"),
         sensitivity=study_path("analysis/sensitivity.parquet"),
-        inflection=study_path("analysis/inflection.parquet"),
+        inflection=study_path(layout.INFLECTION),
     log:
         study_path("logs/analysis.log"),
     benchmark:
@@ -48,20 +48,11 @@ rule analysis:
 
 rule figures:
     input:
-        metrics=study_path("metrics.parquet"),
+        metrics=study_path(layout.METRICS),
         deltas=study_path("analysis/deltas.parquet"),
-        inflection=study_path("analysis/inflection.parquet"),
+        inflection=study_path(layout.INFLECTION),
     output:
-        sensitivity=report(
-            expand(study_path("figures/progressive_sensitivity.{ext}"), ext=FORMATS),
-            caption="../report/progressive_sensitivity.rst",
-            category="Gaussian perturbations",
-        ),
-        inflection=report(
-            expand(study_path("figures/inflection_point.{ext}"), ext=FORMATS),
-            caption="../report/inflection_point.rst",
-            category="Gaussian perturbations",
-        ),
+        **figure_outputs("figures"),
     log:
         study_path("logs/figures.log"),
     benchmark:
@@ -77,13 +68,9 @@ rule figures:
 
 rule loss_curves:
     input:
-        pretrain_dirs(),
+        targets.pretrain_dirs(config, CHECKPOINTS),
     output:
-        report(
-            expand(study_path("figures/pretrain_loss.{ext}"), ext=FORMATS),
-            caption="../report/pretrain_loss.rst",
-            category="Pre-training",
-        ),
+        **figure_outputs("loss_curves"),
     log:
         study_path("logs/loss_curves.log"),
     benchmark:

@@ -7,7 +7,7 @@ rule task_data:
     input:
         task_package_files,
     output:
-        study_path("data/tasks/{task}.parquet"),
+        study_path(layout.TASK_TABLE),
     log:
         study_path("logs/tasks/{task}.log"),
     benchmark:
@@ -26,25 +26,21 @@ rule task_data:
 rule task_base:
     input:
         checkpoint=checkpoint_dir,
-        task=study_path("data/tasks/{task}.parquet"),
+        task=study_path(layout.TASK_TABLE),
     output:
-        study_path("finetune/{checkpoint}/{task}/base.parquet"),
+        study_path(layout.TASK_BASE_PART),
     log:
         study_path("logs/finetune/{checkpoint}/{task}/base.log"),
     benchmark:
         study_path("benchmarks/finetune/{checkpoint}/{task}/base.tsv")
     conda:
         "../envs/overtrain.yaml"
-    threads: finetune_config().get("threads", 1)
+    threads: finetune_section(config).get("threads", 1)
     resources:
         **preset_resources("perturb"),
     params:
         spec=checkpoint_spec,
-        hp={
-            k: v
-            for k, v in finetune_hparams().items()
-            if k in ("seq_len", "eval_batch_size", "eval_max_tokens")
-        },
+        hp=task_base_params(config),
         device=DEVICE,
     script:
         "scripts/task_base.py"
@@ -53,24 +49,24 @@ rule task_base:
 rule finetune:
     input:
         checkpoint=checkpoint_dir,
-        task=study_path("data/tasks/{task}.parquet"),
+        task=study_path(layout.TASK_TABLE),
         corpus=study_path("data/corpus.parquet"),
     output:
-        study_path("finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.parquet"),
+        study_path(layout.FINETUNE_PART),
     log:
         study_path("logs/finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.log"),
     benchmark:
         study_path("benchmarks/finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.tsv")
     conda:
         "../envs/overtrain.yaml"
-    threads: finetune_config().get("threads", 1)
+    threads: finetune_section(config).get("threads", 1)
     resources:
         **preset_resources("finetune"),
     params:
         spec=checkpoint_spec,
-        hp=finetune_hparams(),
-        eval=eval_config(),
-        bench=finetune_bench(),
+        hp=finetune_params(config),
+        eval=eval_config(config),
+        bench=finetune_bench(config),
         state=study_path("finetune/.resume/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}"),
         device=DEVICE,
     script:
@@ -79,9 +75,9 @@ rule finetune:
 
 rule finetune_analysis:
     input:
-        study_path("metrics.parquet"),
+        study_path(layout.METRICS),
     output:
-        tuned=study_path("analysis/finetune_tuned.parquet"),
+        tuned=study_path(layout.FINETUNE_TUNED),
         optimal_lr=study_path("analysis/finetune_optimal_lr.parquet"),
     log:
         study_path("logs/finetune_analysis.log"),
@@ -98,27 +94,13 @@ rule finetune_analysis:
 
 rule finetune_figures:
     input:
-        metrics=study_path("metrics.parquet"),
+        metrics=study_path(layout.METRICS),
         deltas=study_path("analysis/deltas.parquet"),
-        inflection=study_path("analysis/inflection.parquet"),
-        tuned=study_path("analysis/finetune_tuned.parquet"),
+        inflection=study_path(layout.INFLECTION),
+        tuned=study_path(layout.FINETUNE_TUNED),
         optimal_lr=study_path("analysis/finetune_optimal_lr.parquet"),
     output:
-        fixed=report(
-            expand(study_path("figures/finetune_fixed_lr.{ext}"), ext=FORMATS),
-            caption="../report/finetune_fixed_lr.rst",
-            category="Fine-tuning",
-        ),
-        tuned=report(
-            expand(study_path("figures/finetune_tuned.{ext}"), ext=FORMATS),
-            caption="../report/finetune_tuned.rst",
-            category="Fine-tuning",
-        ),
-        distance=report(
-            expand(study_path("figures/finetune_distance.{ext}"), ext=FORMATS),
-            caption="../report/finetune_distance.rst",
-            category="Fine-tuning",
-        ),
+        **figure_outputs("finetune_figures"),
     log:
         study_path("logs/finetune_figures.log"),
     benchmark:

@@ -8,7 +8,7 @@ rule lm_eval:
     input:
         checkpoint=checkpoint_dir,
     output:
-        study_path("lm_eval/{checkpoint}.parquet"),
+        study_path(layout.LM_EVAL_PART),
     log:
         study_path("logs/lm_eval/{checkpoint}.log"),
     benchmark:
@@ -22,7 +22,7 @@ rule lm_eval:
         spec=checkpoint_spec,
         gammas=config["perturb"]["gammas"],
         seeds=config["perturb"]["seeds"],
-        bench=bench_config(),
+        bench=bench_config(config),
         cache=lambda wc: study_path(f"lm_eval/.cells/{wc.checkpoint}"),
         device=DEVICE,
     script:
@@ -33,11 +33,7 @@ rule benchmark_figures:
     input:
         unpack(benchmark_figure_inputs),
     output:
-        report(
-            expand(study_path("figures/benchmarks.{ext}"), ext=FORMATS),
-            caption="../report/benchmarks.rst",
-            category="Benchmarks",
-        ),
+        **figure_outputs("benchmark_figures"),
     log:
         study_path("logs/benchmark_figures.log"),
     benchmark:

@@ -7,7 +7,7 @@ rule perturb:
         checkpoint=checkpoint_dir,
         corpus=study_path("data/corpus.parquet"),
     output:
-        study_path("perturb/{checkpoint}.parquet"),
+        study_path(layout.PERTURB_PART),
     log:
         study_path("logs/perturb/{checkpoint}.log"),
     benchmark:
@@ -21,7 +21,7 @@ rule perturb:
         spec=checkpoint_spec,
         gammas=config["perturb"]["gammas"],
         seeds=config["perturb"]["seeds"],
-        eval=eval_config(),
+        eval=eval_config(config),
         cache=lambda wc: study_path(f"perturb/.cells/{wc.checkpoint}"),
         device=DEVICE,
     script:

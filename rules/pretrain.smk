@@ -6,7 +6,7 @@ rule pretrain:
         tokens=study_path("data/train_tokens.npy"),
         tokenizer=study_path("tokenizer/tokenizer.json"),
     output:
-        directory(study_path("pretrain/{model}/{budget}")),
+        directory(study_path(layout.PRETRAIN_RUN)),
     log:
         study_path("logs/pretrain/{model}-{budget}.log"),
     benchmark:
@@ -17,7 +17,7 @@ rule pretrain:
     resources:
         **preset_resources("pretrain"),
     params:
-        hp=pretrain_hparams(),
+        hp=pretrain_params(config),
         state=lambda wc: study_path(f"pretrain/.resume/{wc.model}-{wc.budget}.pt"),
         device=DEVICE,
     script:

@@ -2,14 +2,14 @@
 # Any change of the `theory` config section reruns it (params.cfg).
 rule theory:
     output:
-        metrics=study_path("theory/metrics.parquet"),
+        metrics=study_path(layout.THEORY_METRICS),
         figures=[
             report(
-                study_path(f"figures/{s}.{ext}"),
-                caption=f"../report/{s}.rst",
-                category="Theory: two-layer linear networks",
+                study_path(layout.FIGURE, name=f.name, ext=ext),
+                caption=f"../{f.caption}",
+                category=f.category,
             )
-            for s in FIGURE_STEMS
+            for f in figures_of_rule("theory")
             for ext in FORMATS
         ],
     log:

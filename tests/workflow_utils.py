@@ -28,6 +28,17 @@ def smoke_config(**overrides) -> dict:
     return cfg
 
 
+def workflow_config(*overlays: dict | Path) -> dict:
+    """The config a run sees: config.yaml, updated key by key with each overlay (a dict or a YAML
+    file) as Snakemake does with --configfile (before validation and defaults)."""
+    from snakemake.utils import update_config
+
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    for overlay in overlays:
+        update_config(cfg, overlay if isinstance(overlay, dict) else yaml.safe_load(overlay.read_text()))
+    return cfg
+
+
 def write_config(tmp_path: Path, cfg: dict, name: str = "config.yaml") -> Path:
     path = tmp_path / name
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))

@@ -38,7 +38,8 @@ def _base(ax: plt.Axes, base: pd.DataFrame) -> None:
 
 
 def _gaussian(ax: plt.Axes, g: pd.DataFrame) -> None:
-    palette = dict(zip(sorted(g["gamma"].unique()), sns.color_palette("rocket_r", g["gamma"].nunique())))
+    gammas = sorted(g["gamma"].unique())
+    palette = dict(zip(gammas, sns.color_palette("rocket_r", g["gamma"].nunique())))
     sns.lineplot(
         g,
         x="budget",

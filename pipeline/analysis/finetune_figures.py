@@ -109,7 +109,8 @@ def plot_fixed_lr(
 def plot_tuned(
     tuned: pd.DataFrame, optimal: pd.DataFrame, stem: str | Path, formats: Iterable[str]
 ) -> list[Path]:
-    """Per (model, task): pre-training and ID test ppl at the tuned LR vs tokens (± sd over seeds), and the optimal LR."""
+    """Per (model, task): pre-training and ID test ppl at the tuned LR vs tokens (± sd over seeds), and
+    the optimal LR."""
     set_style()
     keys = sorted(tuned.groupby(["model", "task"]).groups)
     fig, axes = plt.subplots(len(keys), 3, figsize=(16, 4.3 * len(keys)), squeeze=False)

@@ -146,7 +146,8 @@ def tuned_table(
         .reset_index()
     )
     score.loc[score["diverged"] | ~np.isfinite(score["score"]), "score"] = np.inf
-    best = score.sort_values(["score", "learning_rate"]).groupby(TUNED_KEYS, dropna=False, sort=True).head(1)
+    ranked = score.sort_values(["score", "learning_rate"])
+    best = ranked.groupby(TUNED_KEYS, dropna=False, sort=True).head(1)
     best = best[np.isfinite(best["score"])][TUNED_KEYS + ["learning_rate"]]
     chosen = sft.merge(best, on=TUNED_KEYS + ["learning_rate"], how="inner")
     out = (
@@ -195,9 +196,8 @@ def optimal_lr_table(tuned: pd.DataFrame, flat_slope: float = 0.1, id_split: str
         slope = _log_slope(budgets, lrs)
 
         def curve(eval_data: str, split: str) -> np.ndarray:
-            c = g[(g["eval_data"] == eval_data) & (g["split"] == split) & (g["metric"] == "ppl")].set_index(
-                "budget"
-            )["mean"]
+            rows = g[(g["eval_data"] == eval_data) & (g["split"] == split) & (g["metric"] == "ppl")]
+            c = rows.set_index("budget")["mean"]
             return c.reindex(budgets).to_numpy(float)
 
         pre_curve = (

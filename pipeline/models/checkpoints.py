@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pipeline.workflow.layout import PRETRAIN_RUN, study_path
+
 if TYPE_CHECKING:  # torch is imported lazily: the Snakefile imports this module at parse time
     import torch
 
@@ -62,9 +64,12 @@ class CheckpointSpec:
         )
 
 
-def sweep_checkpoints(presets: list[str], budgets: list[int], sweep_dir: str) -> list[CheckpointSpec]:
+def sweep_checkpoints(presets: list[str], budgets: list[int], study: str) -> list[CheckpointSpec]:
+    """The runs of a study's own pre-training sweep, at their place in the results layout."""
     return [
-        CheckpointSpec(f"{p}-{b}", "sweep", p, int(b), path=f"{sweep_dir}/{p}/{b}")
+        CheckpointSpec(
+            f"{p}-{b}", "sweep", p, int(b), path=study_path(study, PRETRAIN_RUN, model=p, budget=b)
+        )
         for p in presets
         for b in budgets
     ]
@@ -116,8 +121,8 @@ def study_checkpoints(config: dict) -> list[CheckpointSpec]:
     ck = config["checkpoints"]
     source = ck["source"]
     if source == "sweep":
-        sweep_dir = f"results/{config['study']}/pretrain"
-        specs = sweep_checkpoints(config["pretrain"]["presets"], config["pretrain"]["budgets"], sweep_dir)
+        pt = config["pretrain"]
+        specs = sweep_checkpoints(pt["presets"], pt["budgets"], config["study"])
     elif source == "local":
         specs = local_checkpoints(ck.get("local") or [])
     else:

@@ -150,7 +150,8 @@ def resolve_hub(hub: dict) -> tuple[str, list[tuple[str, int]], int]:
         )
     if preset and model_id != preset.model_id:
         raise HubRevisionError(
-            f"checkpoints.hub: model_id {model_id!r} is not preset {preset_name!r}'s model ({preset.model_id!r}); drop one of them"
+            f"checkpoints.hub: model_id {model_id!r} is not preset {preset_name!r}'s model "
+            f"({preset.model_id!r}); drop one of them"
         )
     known = dict(preset.revisions) if preset else {}
     entries = hub.get("revisions") or ([{"revision": r} for r, _ in preset.revisions] if preset else [])
@@ -162,7 +163,8 @@ def resolve_hub(hub: dict) -> tuple[str, list[tuple[str, int]], int]:
         if not tokens:
             raise HubRevisionError(
                 f"checkpoints.hub: revision {revision!r} of {model_id} has no token count: give it as "
-                f"`{{revision: {revision}, tokens: N}}` (its name has no '-tokens<N>[KMBT]' part to read it from)"
+                f"`{{revision: {revision}, tokens: N}}` "
+                "(its name has no '-tokens<N>[KMBT]' part to read it from)"
             )
         out.append((revision, int(tokens)))
     return model_id, out, hub_params(model_id, hub.get("params"))
@@ -205,7 +207,8 @@ def repo_cache_dir(model_id: str, cache_dir: str | os.PathLike | None = None) ->
 
 
 def cached_commit(model_id: str, revision: str, cache_dir: str | os.PathLike | None = None) -> str | None:
-    """Commit hash a revision points to in the cache when its snapshot is there (with config.json), else None."""
+    """Commit hash a revision points to in the cache when its snapshot is there (with config.json),
+    else None."""
     repo = repo_cache_dir(model_id, cache_dir)
     ref = repo / "refs" / revision
     if ref.is_file():
@@ -320,8 +323,10 @@ def check_hub_revisions(
             repo = repo_cache_dir(model_id, cache)
             where = f"the cache at {cache}" + ("" if repo.is_dir() else f" (which has no {repo.name} at all)")
             lines = [
-                f"offline (HF_HUB_OFFLINE=1 or checkpoints.hub.offline: true) and revision {r!r} of {model_id} is not in {where}: "
-                f"download it first with `{download_hint(model_id, r, cache)}` on a machine with network access"
+                "offline (HF_HUB_OFFLINE=1 or checkpoints.hub.offline: true) and "
+                f"revision {r!r} of {model_id} is not in {where}: "
+                f"download it first with `{download_hint(model_id, r, cache)}` "
+                "on a machine with network access"
                 for r in missing
             ]
             raise HubRevisionError("\n".join(lines))
@@ -346,8 +351,8 @@ def check_hub_revisions(
             hint = f" (close: {', '.join(close)})" if close else ""
             lines.append(f"revision {r!r} does not exist on the hub for {model_id}{hint}")
         raise HubRevisionError(
-            "\n".join(lines)
-            + f"\n{model_id} has {len(names)} branches and tags; list them with huggingface_hub.list_repo_refs({model_id!r})"
+            "\n".join(lines) + f"\n{model_id} has {len(names)} branches and tags; "
+            f"list them with huggingface_hub.list_repo_refs({model_id!r})"
         )
     return out
 
@@ -363,7 +368,8 @@ def _endpoint(endpoint: str | None) -> str:
 
 
 def _hub_refs(model_id, cache, endpoint, timeout, revisions, cached) -> dict[str, str] | None:
-    """{branch or tag: commit} of a hub repository; None when the hub is unreachable but every revision is cached."""
+    """{branch or tag: commit} of a hub repository; None when the hub is unreachable but every
+    revision is cached."""
     import httpx2
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -379,11 +385,13 @@ def _hub_refs(model_id, cache, endpoint, timeout, revisions, cached) -> dict[str
         hf_raise_for_status(response)
     except GatedRepoError as err:
         raise HubRevisionError(
-            f"{model_id} is gated on the hub: accept its terms and log in (`hf auth login` or HF_TOKEN) ({err})"
+            f"{model_id} is gated on the hub: accept its terms and log in "
+            f"(`hf auth login` or HF_TOKEN) ({err})"
         ) from None
     except RepositoryNotFoundError:
         raise HubRevisionError(
-            f"model id {model_id!r} does not exist on the hub at {_endpoint(endpoint)} (or is private: log in with `hf auth login` or set HF_TOKEN)"
+            f"model id {model_id!r} does not exist on the hub at {_endpoint(endpoint)} "
+            "(or is private: log in with `hf auth login` or set HF_TOKEN)"
         ) from None
     except (httpx2.TransportError, OfflineModeIsEnabled, HfHubHTTPError, OSError) as err:
         if all(cached[r] for r in revisions):
@@ -396,9 +404,12 @@ def _hub_refs(model_id, cache, endpoint, timeout, revisions, cached) -> dict[str
             return None
         missing = [r for r in revisions if not cached[r]]
         raise HubRevisionError(
-            f"cannot reach the hub at {_endpoint(endpoint)} to check revisions {missing} of {model_id} ({type(err).__name__}: {err}), "
-            f"and they are not in the cache at {cache}: connect to the network, or download them where you can "
-            f"(`{download_hint(model_id, missing[0], cache)}`) and run offline (HF_HUB_OFFLINE=1 or checkpoints.hub.offline: true)"
+            f"cannot reach the hub at {_endpoint(endpoint)} to check revisions {missing} of {model_id} "
+            f"({type(err).__name__}: {err}), "
+            f"and they are not in the cache at {cache}: connect to the network, "
+            "or download them where you can "
+            f"(`{download_hint(model_id, missing[0], cache)}`) "
+            "and run offline (HF_HUB_OFFLINE=1 or checkpoints.hub.offline: true)"
         ) from None
     data = response.json()
     return {

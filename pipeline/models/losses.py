@@ -147,7 +147,8 @@ def fused_linear_cross_entropy(
 def linear_nll_sum(
     hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_size: int | None = None
 ) -> torch.Tensor:
-    """Summed negative log-likelihood (float32, nats) of `labels` under `hidden @ weight.T`, without gradients.
+    """Summed negative log-likelihood (float32, nats) of `labels` under `hidden @ weight.T`, without
+    gradients.
 
     Every row is scored (select the scored positions first, e.g. to skip padding).
     """

@@ -115,7 +115,8 @@ def write_model_dir(model, tokenizer, out: str | os.PathLike, extra: dict | None
 
 
 def _make_readable(out: Path) -> None:
-    """0755 / 0644 (temp dirs and safetensors files are created 0700 / 0600): a shared cache stays readable."""
+    """0755 / 0644 (temp dirs and safetensors files are created 0700 / 0600): a shared cache stays
+    readable."""
     out.chmod(0o755)
     for p in out.rglob("*"):
         p.chmod(0o755 if p.is_dir() else 0o644)
@@ -167,7 +168,8 @@ def export_standin(out: str | os.PathLike, package_dir: str | os.PathLike = "dat
         diff = float((prompt_logits(reloaded, tokenizer) - reference).abs().max())
         if not diff <= LOGIT_ATOL:
             raise RuntimeError(
-                f"stand-in export: reloaded logits differ from the GGUF model's by {diff:.3g} (> {LOGIT_ATOL})"
+                "stand-in export: reloaded logits differ from the GGUF model's "
+                f"by {diff:.3g} (> {LOGIT_ATOL})"
             )
         info["max_abs_logit_diff_vs_gguf"] = diff
         (tmp / "standin.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")

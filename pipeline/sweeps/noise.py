@@ -11,9 +11,8 @@ import torch
 
 def _tensor_seed(seed: int, name: str) -> int:
     """A seed per (seed, tensor name): the noise of a tensor does not depend on the others."""
-    return (
-        int.from_bytes(hashlib.sha256(f"{seed}:{name}".encode()).digest()[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
-    )
+    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 @torch.no_grad()

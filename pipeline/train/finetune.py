@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -36,7 +35,8 @@ from pipeline.evaluate.tasks import eval_task
 from pipeline.io import atomic_path
 from pipeline.models.checkpoints import CheckpointSpec, load_checkpoint
 from pipeline.tables import metric_row
-from pipeline.train.loop import SCHEDULES, TrainConfig, train
+from pipeline.train.config import FinetuneConfig
+from pipeline.train.loop import train
 
 log = logging.getLogger(__name__)
 
@@ -46,44 +46,6 @@ TASK_METRICS = {
     "classification": ("ppl", "loss", "accuracy"),
     "chat": ("ppl", "loss"),
 }
-
-
-@dataclass(frozen=True)
-class FinetuneConfig:
-    """Hyperparameters of one fine-tuning run (Table 4; grid values come separately)."""
-
-    epochs: int = 4
-    max_steps: int | None = None  # cap on optimiser steps (CPU runs); None: `epochs` full epochs
-    batch_size: int = 64
-    micro_batch_size: int | None = None  # gradient accumulation: forward/backward this many at a time
-    seq_len: int | None = (
-        None  # LM tasks' packed chunk length / classification and chat context; None: the model's
-    )
-    schedule: str = "cosine"
-    warmup_fraction: float = 0.1
-    warmup_steps: int | None = None  # when set, replaces warmup_fraction (Table 2: 20 steps)
-    betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 0.0
-    grad_clip: float | None = 1.0
-    eval_batch_size: int = 64
-    eval_max_tokens: int | None = None  # LM and chat tasks: validation/test documents up to this many tokens
-    checkpoint_every: int = 200
-    log_every: int = 50
-
-    def __post_init__(self) -> None:
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"finetune.schedule: {self.schedule!r} is unknown; expected one of {SCHEDULES}")
-        if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
-            raise ValueError("finetune.epochs and finetune.max_steps must be >= 1")
-        if self.warmup_steps is not None and self.warmup_steps < 0:
-            raise ValueError(f"finetune.warmup_steps must be >= 0 or null, got {self.warmup_steps}")
-
-    def warmup_fraction_of(self, total_steps: int) -> float:
-        """The warmup as a fraction of the run (what the training loop takes): warmup_steps / steps
-        (at most the whole run) when warmup_steps is set, else warmup_fraction."""
-        if self.warmup_steps is None:
-            return self.warmup_fraction
-        return min(self.warmup_steps, total_steps) / total_steps
 
 
 def proximal_term(model: torch.nn.Module, reference: dict[str, torch.Tensor], lam: float):
@@ -141,7 +103,8 @@ def _train_data(task, tokenizer, max_len: int, cfg: FinetuneConfig, seed: int):
     n = len(enc.prompts) if task.kind == "classification" else len(enc)
     if n < cfg.batch_size:
         raise ValueError(
-            f"finetune.batch_size {cfg.batch_size} is larger than task {task.name!r}'s training split ({n} items)"
+            f"finetune.batch_size {cfg.batch_size} is larger than task {task.name!r}'s training split "
+            f"({n} items)"
         )
     return sampler.batch, sampler.steps_per_epoch
 
@@ -221,17 +184,7 @@ def finetune_run(
     boundaries = sorted({s for s in range(per_epoch, total + 1, per_epoch)} | {total})
     reference_device = device if lambda_reg > 0 else "cpu"
     reference = {n: p.detach().to(reference_device, copy=True) for n, p in model.named_parameters()}
-    train_cfg = TrainConfig(
-        steps=total,
-        lr=learning_rate,
-        betas=tuple(cfg.betas),
-        weight_decay=cfg.weight_decay,
-        warmup_fraction=cfg.warmup_fraction_of(total),
-        schedule=cfg.schedule,
-        grad_clip=cfg.grad_clip,
-        checkpoint_every=cfg.checkpoint_every,
-        log_every=cfg.log_every,
-    )
+    train_cfg = cfg.train_config(total, learning_rate)
     state_dir = Path(state_dir)
     best_file = state_dir / "best.pt"
     best = (
@@ -309,11 +262,7 @@ def finetune_run(
     distance = weight_distance(model, reference)
     tokens_per_step = cfg.batch_size * max_len if task.kind == "lm" else None
     extra = {
-        **{
-            k: v
-            for k, v in asdict(cfg).items()
-            if k not in ("checkpoint_every", "log_every", "micro_batch_size")
-        },
+        **cfg.recorded(),
         "steps": result.steps_done,
         "steps_per_epoch": per_epoch,
         "best_step": best["step"],

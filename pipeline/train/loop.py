@@ -8,13 +8,11 @@ and a killed run resumes from its last state file with bit-identical results.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -29,30 +27,9 @@ from transformers import (
 
 from pipeline.io import atomic_path
 from pipeline.models.losses import IGNORE_INDEX, body_hidden, fused_head, fused_linear_cross_entropy
+from pipeline.train.config import SCHEDULES, TrainConfig
 
 log = logging.getLogger(__name__)
-
-SCHEDULES = ("cosine", "constant", "constant_with_warmup")
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Optimisation hyperparameters of one run (AdamW + warmup + schedule to zero)."""
-
-    steps: int
-    lr: float
-    betas: tuple[float, float] = (0.9, 0.95)
-    weight_decay: float = 0.1
-    warmup_fraction: float = 0.1
-    schedule: str = "cosine"
-    grad_clip: float | None = 1.0
-    checkpoint_every: int = 200
-    log_every: int = 50
-
-    def fingerprint(self) -> str:
-        """Hash of what determines the numbers (not logging/checkpoint cadence)."""
-        d = {k: v for k, v in asdict(self).items() if k not in ("checkpoint_every", "log_every")}
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -73,7 +50,7 @@ class EpochOrder:
             raise ValueError("cannot sample from an empty training split")
         self.n, self.seed = n, seed
 
-    @lru_cache(maxsize=4)
+    @lru_cache(maxsize=4)  # noqa: B019 (a few permutations per sampler, which lives for the run)
     def _order(self, epoch: int) -> np.ndarray:
         return np.random.default_rng([self.seed, epoch]).permutation(self.n)
 
@@ -219,7 +196,8 @@ def train(
         state = torch.load(state_path, map_location=device, weights_only=False)
         if state["fingerprint"] != fingerprint:
             raise ValueError(
-                f"resume file {state_path} was written by a run with other hyperparameters; delete it to start over"
+                f"resume file {state_path} was written by a run with other hyperparameters; "
+                "delete it to start over"
             )
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])

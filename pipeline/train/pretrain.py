@@ -13,7 +13,8 @@ from pipeline.data.tokenizer import load_tokenizer
 from pipeline.io import atomic_path, write_json
 from pipeline.models.build import build_model, count_parameters, init_std, model_config
 from pipeline.models.presets import steps_for_budget
-from pipeline.train.loop import ChunkSampler, TrainConfig, train
+from pipeline.train.config import PretrainConfig
+from pipeline.train.loop import ChunkSampler, train
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,7 @@ def pretrain_run(
     tokenizer_path: str | Path,
     preset: str,
     budget: int,
-    hp: dict,
+    cfg: PretrainConfig,
     out_dir: str | Path,
     state_path: str | Path,
     device: str = "cpu",
@@ -33,43 +34,32 @@ def pretrain_run(
 
     out_dir gets: the HF model + tokenizer (save_pretrained), init_std.json (per-tensor
     std at initialisation, used by the perturbation), loss_curve.parquet and summary.json.
-    hp: seq_len, batch_size, lr, betas, weight_decay, warmup_fraction, grad_clip, seed,
-    checkpoint_every, log_every.
     """
     tokenizer = load_tokenizer(tokenizer_path)
     config = model_config(preset, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
-    if hp["seq_len"] > config.max_position_embeddings:
+    if cfg.seq_len > config.max_position_embeddings:
         raise ValueError(
-            f"pretrain.seq_len {hp['seq_len']} exceeds the context of preset {preset!r} ({config.max_position_embeddings})"
+            f"pretrain.seq_len {cfg.seq_len} exceeds the context of preset {preset!r} "
+            f"({config.max_position_embeddings})"
         )
-    model = build_model(config, seed=hp["seed"])
+    model = build_model(config, seed=cfg.seed)
     stds = init_std(model)
     model.to(device)
     tokens = np.load(train_tokens, mmap_mode="r")
-    sampler = ChunkSampler(tokens, hp["seq_len"], hp["batch_size"], seed=hp["seed"])
-    cfg = TrainConfig(
-        steps=steps_for_budget(budget, hp["batch_size"], hp["seq_len"]),
-        lr=hp["lr"],
-        betas=tuple(hp["betas"]),
-        weight_decay=hp["weight_decay"],
-        warmup_fraction=hp["warmup_fraction"],
-        schedule="cosine",
-        grad_clip=hp["grad_clip"],
-        checkpoint_every=hp["checkpoint_every"],
-        log_every=hp["log_every"],
-    )
+    sampler = ChunkSampler(tokens, cfg.seq_len, cfg.batch_size, seed=cfg.seed)
+    train_cfg = cfg.train_config(steps_for_budget(budget, cfg.batch_size, cfg.seq_len))
     log.info(
         "pre-training %s (%d params) for %d steps = %d tokens (budget %d)",
         preset,
         count_parameters(model),
-        cfg.steps,
-        cfg.steps * hp["batch_size"] * hp["seq_len"],
+        train_cfg.steps,
+        train_cfg.steps * cfg.batch_size * cfg.seq_len,
         budget,
     )
-    result = train(model, sampler.batch, cfg, state_path=state_path, stop_after=stop_after)
-    if stop_after is not None and result.steps_done < cfg.steps:
+    result = train(model, sampler.batch, train_cfg, state_path=state_path, stop_after=stop_after)
+    if stop_after is not None and result.steps_done < train_cfg.steps:
         return {"stopped_at": result.steps_done}
-    tokens_per_step = hp["batch_size"] * hp["seq_len"]
+    tokens_per_step = cfg.batch_size * cfg.seq_len
     summary = {
         "preset": preset,
         "budget": budget,
@@ -86,7 +76,7 @@ def pretrain_run(
         "non_embedding_parameters": count_parameters(model, non_embedding=True),
         "train_tokens_available": int(len(tokens)),
         "epochs": result.steps_done * tokens_per_step / len(tokens),
-        "hyperparameters": {**hp, **asdict(cfg)},
+        "hyperparameters": {**asdict(cfg), **asdict(train_cfg)},
     }
     curve = pd.DataFrame(
         {

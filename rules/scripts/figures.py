@@ -15,12 +15,12 @@ base = metrics[
 d = pd.read_parquet(snakemake.input.deltas)
 infl = pd.read_parquet(snakemake.input.inflection)
 infl = infl[(infl["modification"] == "gaussian") & (infl["eval_data"] == "pretrain")]
-formats = [Path(p).suffix[1:] for p in snakemake.output.sensitivity]
+formats = [Path(p).suffix[1:] for p in snakemake.output.progressive_sensitivity]
 plot_progressive_sensitivity(
     d[d["modification"] == "gaussian"],
     base,
     infl,
-    Path(snakemake.output.sensitivity[0]).with_suffix(""),
+    Path(snakemake.output.progressive_sensitivity[0]).with_suffix(""),
     formats,
 )
-plot_inflection(infl, Path(snakemake.output.inflection[0]).with_suffix(""), formats)
+plot_inflection(infl, Path(snakemake.output.inflection_point[0]).with_suffix(""), formats)

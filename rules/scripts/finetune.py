@@ -3,14 +3,14 @@
 from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.runtime import pick_device, set_threads, setup_logging
 from pipeline.tables import write_metrics
-from pipeline.train.finetune import FinetuneConfig, finetune_run
+from pipeline.train.config import FinetuneConfig, cadence
+from pipeline.train.finetune import finetune_run
 
 setup_logging(snakemake.log[0])
 set_threads(snakemake.threads)
 wc = snakemake.wildcards
 # logging / resume-state cadence is read from the config, not params: changing it reruns nothing
-ft = snakemake.config["finetune"]
-cadence = {"checkpoint_every": ft.get("checkpoint_every", 200), "log_every": ft.get("log_every", 50)}
+cfg = FinetuneConfig(**snakemake.params.hp, **cadence(FinetuneConfig, snakemake.config["finetune"]))
 rows = finetune_run(
     CheckpointSpec(**snakemake.params.spec),
     path=snakemake.input.checkpoint[0] if snakemake.input.checkpoint else None,
@@ -18,7 +18,7 @@ rows = finetune_run(
     task_name=wc.task,
     corpus_path=snakemake.input.corpus,
     eval_cfg=snakemake.params.eval,
-    cfg=FinetuneConfig(**snakemake.params.hp, **cadence),
+    cfg=cfg,
     learning_rate=float(wc.lr),
     lambda_reg=float(wc.lam),
     seed=int(wc.seed),

@@ -13,12 +13,14 @@ base = metrics[(metrics["modification"] == "none") & (metrics["metric"] == "ppl"
 d = pd.read_parquet(snakemake.input.deltas)
 infl = pd.read_parquet(snakemake.input.inflection)
 out = snakemake.output
-formats = [Path(p).suffix[1:] for p in out.fixed]
-plot_fixed_lr(d, base, infl, Path(out.fixed[0]).with_suffix(""), formats, snakemake.params.max_pretrain_ppl)
+formats = [Path(p).suffix[1:] for p in out.finetune_fixed_lr]
+plot_fixed_lr(
+    d, base, infl, Path(out.finetune_fixed_lr[0]).with_suffix(""), formats, snakemake.params.max_pretrain_ppl
+)
 plot_tuned(
     pd.read_parquet(snakemake.input.tuned),
     pd.read_parquet(snakemake.input.optimal_lr),
-    Path(out.tuned[0]).with_suffix(""),
+    Path(out.finetune_tuned[0]).with_suffix(""),
     formats,
 )
-plot_distance(metrics, Path(out.distance[0]).with_suffix(""), formats)
+plot_distance(metrics, Path(out.finetune_distance[0]).with_suffix(""), formats)

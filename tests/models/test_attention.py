@@ -177,11 +177,13 @@ with torch.inference_mode():
 print(statistics.median(faults[3:]))
 """
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": str(128 << 10)}
-    run = lambda mode: float(
-        subprocess.run(
+
+    def run(mode):
+        proc = subprocess.run(
             [sys.executable, "-c", code, mode], capture_output=True, text=True, check=True, env=env
-        ).stdout
-    )  # noqa: E731
+        )
+        return float(proc.stdout)
+
     faults = {mode: run(mode) for mode in ("default", "keep")}
     assert faults["default"] > 500, faults  # freed blocks go back to the kernel
     assert faults["keep"] < 10, faults  # 0 measured

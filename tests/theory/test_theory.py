@@ -18,26 +18,19 @@ import pytest
 import yaml
 
 from pipeline.tables import METRIC_COLUMNS, write_metrics
-from pipeline.theory.stage import (
-    FIGURE_STEMS,
-    finetune_gd,
-    ideal_init,
+from pipeline.theory.config import validate_config
+from pipeline.theory.figures import FIGURE_STEMS, plot_theory, unpack_extra
+from pipeline.theory.finetuning import finetune_gd
+from pipeline.theory.perturbation import (
     inflection_point,
-    logistic_feature,
-    make_spectrum,
-    misalignment_r,
     perturbed_loss_closed_form,
     perturbed_loss_mc,
-    plot_theory,
     predicted_perturbation_inflection,
-    pretrain_gradient_flow,
     prop43_increment,
-    random_orthogonal,
-    run_theory,
-    singular_vectors,
-    unpack_extra,
-    validate_config,
 )
+from pipeline.theory.pretraining import logistic_feature, pretrain_gradient_flow
+from pipeline.theory.spectra import ideal_init, make_spectrum, misalignment_r, random_orthogonal
+from pipeline.theory.stage import run_theory, singular_vectors
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT = yaml.safe_load((ROOT / "config.yaml").read_text())["theory"]
@@ -121,7 +114,10 @@ def test_feature_times_are_increasing_and_theta_is_rank_n(stage):
 
 
 def test_prop43_increment_exact_for_ideal_init_and_lemma_a6(stage):
-    """Lemma A.4: ideal-init increments = (2dγ² − σ_n)σ_n exactly; Lemma A.6: |L̃(real) − L̃(ideal)| ≤ σ_d²/2."""
+    """Lemma A.4: ideal-init increments = (2dγ² − σ_n)σ_n exactly.
+
+    Lemma A.6: |L̃(real) − L̃(ideal)| ≤ σ_d²/2.
+    """
     g = stage[stage["modification"] == "gaussian"]
     key = ["checkpoint", "gamma", "budget"]
     bound = g[g["metric"] == "prop43_bound"].set_index(key)["value"]
@@ -150,8 +146,8 @@ def test_monte_carlo_agrees_with_closed_form(stage):
 
 
 def test_perturbation_inflection_matches_prediction_default(stage):
-    """Theorem 4.4: the simulated inflection (Def. 4.2) equals the predicted one for every spectrum, γ and seed,
-    and past it the perturbed loss increases monotonically."""
+    """Theorem 4.4: the simulated inflection (Def. 4.2) equals the predicted one for every spectrum,
+    γ and seed, and past it the perturbed loss increases monotonically."""
     g = stage[stage["modification"] == "gaussian"]
     pred = g[g["metric"] == "predicted_inflection_n"].set_index(["checkpoint", "gamma"])["value"]
     assert pred.nunique() >= 5  # the γ grid spans many different inflections
@@ -225,7 +221,7 @@ def test_finetuning_matches_lemma_a7_closed_form(stage):
 
 
 def test_progressive_sensitivity_theorem_4_6(stage):
-    """Theorem 4.6 ((α, 1)-misaligned with α > 1): Δ_pre(t_n) ≥ 0 and increasing in n, for every λ and seed."""
+    """Theorem 4.6 ((α, 1)-misaligned, α > 1): Δ_pre(t_n) ≥ 0 and increasing in n, for every λ and seed."""
     for task in DEFAULT["finetune"]["tasks"]:
         t = DEFAULT["finetune"]["tasks"][task]
         s_pre, s_ft = _spectrum(t["pretrain"]), make_spectrum(t["spectrum"], DEFAULT["d"])

@@ -240,7 +240,8 @@ def _sft_rows(
     idp: dict[float, list[float]],
     diverged_lr: float | None = None,
 ):
-    """Constructed metrics: per budget, ID val ppl per LR (lowest at lr_best[budget]); pretrain/ID test ppl."""
+    """Constructed metrics: per budget, ID val ppl per LR (lowest at lr_best[budget]); pretrain/ID test
+    ppl."""
     rows = []
     lrs = [1e-4, 1e-3, 1e-2]
     for b_i, budget in enumerate(sorted(lr_best)):

@@ -122,9 +122,10 @@ RUN = textwrap.dedent(
     """
     import json, sys, torch
     torch.set_num_threads(1)
+    from pipeline.train.config import PretrainConfig
     from pipeline.train.pretrain import pretrain_run
     args = json.loads(sys.argv[1])
-    pretrain_run(**args)
+    pretrain_run(cfg=PretrainConfig(**args.pop("hp")), **args)
     """
 )
 

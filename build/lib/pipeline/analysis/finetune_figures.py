@@ -1,0 +1,196 @@
+"""Figures of the fine-tuning sweep: fixed learning rate (Figures 4, 5, 29), tuned learning
+rate with the optimal LR vs tokens (Figures 6, 34), and weight distance vs LR (Figure 8)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from pipeline.analysis.style import format_tokens, save_figure, set_style
+from pipeline.analysis.sweep_figures import mark_inflections, token_axis
+
+
+def _lr_palette(lrs: Iterable[float]) -> dict[float, tuple]:
+    lrs = sorted(set(lrs))
+    return dict(zip(lrs, sns.color_palette("viridis", len(lrs))))
+
+
+def _base_line(ax: plt.Axes, base: pd.DataFrame, label: str = "base (not fine-tuned)") -> None:
+    b = base.sort_values("budget")
+    ax.plot(b["budget"], b["value"], "k--", marker="s", ms=4, label=label)
+
+
+def plottable_lrs(d: pd.DataFrame, max_pretrain_ppl: float | None) -> set[float]:
+    """The paper's filter (Appendix C.1): LRs whose pre-training ppl stays below a bound at every budget."""
+    lrs = set(d["learning_rate"])
+    if max_pretrain_ppl is None:
+        return lrs
+    worst = d.groupby("learning_rate")["value"].max()
+    return {lr for lr in lrs if worst.get(lr, np.inf) < max_pretrain_ppl}
+
+
+def plot_fixed_lr(
+    d: pd.DataFrame,
+    base: pd.DataFrame,
+    inflection: pd.DataFrame,
+    stem: str | Path,
+    formats: Iterable[str],
+    max_pretrain_ppl: float | None = None,
+) -> list[Path]:
+    """Per (model, task) row: Δ pre-training ppl, pre-training ppl and ID test ppl vs tokens, one line per LR.
+
+    d: analysis.deltas rows of the fine-tuned models (pre-training validation ppl and ID ppl);
+    base: unmodified rows (pre-training and ID); inflection: analysis.inflection_table (★).
+    """
+    set_style()
+    sft = d[d["modification"] == "sft"]
+    pre = sft[sft["eval_data"] == "pretrain"]
+    keys = sorted(pre.groupby(["model", "task"]).groups)
+    fig, axes = plt.subplots(len(keys), 3, figsize=(16, 4.3 * len(keys)), squeeze=False)
+    for row, (model, task) in zip(axes, keys):
+        p = pre[(pre["model"] == model) & (pre["task"] == task)]
+        keep = plottable_lrs(p, max_pretrain_ppl)
+        p = p[p["learning_rate"].isin(keep)]
+        idt = sft[
+            (sft["model"] == model)
+            & (sft["task"] == task)
+            & (sft["eval_data"] == task)
+            & (sft["split"] == "test")
+            & sft["learning_rate"].isin(keep)
+        ]
+        palette = _lr_palette(p["learning_rate"])
+        style = "lambda_reg" if p["lambda_reg"].nunique() > 1 else None
+        panels = (
+            (row[0], p, "delta", "Δ pre-training ppl (fine-tuned − base)"),
+            (row[1], p, "value", "pre-training ppl after fine-tuning"),
+            (row[2], idt, "value", f"{task} test ppl after fine-tuning"),
+        )
+        for ax, data, col, ylabel in panels:
+            if data.empty:
+                continue
+            sns.lineplot(
+                data,
+                x="budget",
+                y=col,
+                hue="learning_rate",
+                style=style,
+                palette=palette,
+                marker="o",
+                errorbar="sd",
+                ax=ax,
+                legend=ax is row[1],
+            )
+            token_axis(ax, ticks=data["budget"])
+            ax.set_ylabel(ylabel)
+        bm = base[(base["model"] == model) & (base["modification"] == "none")]
+        _base_line(row[1], bm[(bm["eval_data"] == "pretrain") & (bm["split"] == p["split"].iloc[0])])
+        _base_line(row[2], bm[(bm["eval_data"] == task) & (bm["split"] == "test")])
+        for ax in row[1:]:
+            ax.set_yscale("log")
+        im = inflection[
+            (inflection["model"] == model)
+            & (inflection["task"] == task)
+            & (inflection["eval_data"] == "pretrain")
+            & inflection["learning_rate"].isin(keep)
+        ]
+        mark_inflections(row[1], im, p, "learning_rate", palette)
+        row[0].set_title(f"{model} · {task}: progressive sensitivity")
+        row[1].set_title(f"{model} · {task}: pre-training ppl (★ inflection)")
+        row[2].set_title(f"{model} · {task}: in-domain ppl")
+        row[1].legend(title="fine-tuning LR", fontsize=8)
+    return save_figure(fig, stem, formats)
+
+
+def plot_tuned(
+    tuned: pd.DataFrame, optimal: pd.DataFrame, stem: str | Path, formats: Iterable[str]
+) -> list[Path]:
+    """Per (model, task): pre-training and ID test ppl at the tuned LR vs tokens (± sd over seeds), and the optimal LR."""
+    set_style()
+    keys = sorted(tuned.groupby(["model", "task"]).groups)
+    fig, axes = plt.subplots(len(keys), 3, figsize=(16, 4.3 * len(keys)), squeeze=False)
+    for row, (model, task) in zip(axes, keys):
+        t = tuned[(tuned["model"] == model) & (tuned["task"] == task)]
+        for ax, (eval_data, split, label) in zip(
+            row[:2], (("pretrain", None, "pre-training ppl"), (task, "test", f"{task} test ppl"))
+        ):
+            c = t[
+                (t["eval_data"] == eval_data)
+                & (t["metric"] == "ppl")
+                & ((t["split"] == split) if split else True)
+            ]
+            for lam, g in c.groupby("lambda_reg"):
+                g = g.sort_values("budget")
+                ax.errorbar(
+                    g["budget"],
+                    g["mean"],
+                    yerr=np.nan_to_num(g["sd"]),
+                    fmt="o-",
+                    capsize=3,
+                    label=f"tuned LR (λ = {lam:g})",
+                )
+            base = c.drop_duplicates("budget").sort_values("budget")
+            ax.plot(base["budget"], base["base"], "k--", marker="s", ms=4, label="base (not fine-tuned)")
+            token_axis(ax, ticks=c["budget"])
+            ax.set_ylabel(f"{label} at the tuned LR")
+            ax.legend(fontsize=8)
+        o = optimal[(optimal["model"] == model) & (optimal["task"] == task)]
+        for _, r in o.iterrows():
+            row[2].plot(
+                r["budgets"],
+                r["optimal_lrs"],
+                "o-",
+                label=f"λ = {r['lambda_reg']:g}: {r['scenario']} (slope {r['lr_slope']:.2f})",
+            )
+        row[2].set_yscale("log")
+        token_axis(row[2], ticks=t["budget"])
+        row[2].set_ylabel("optimal learning rate (best ID validation ppl)")
+        row[2].legend(fontsize=8)
+        row[0].set_title(f"{model} · {task}: pre-training ppl, tuned LR")
+        row[1].set_title(f"{model} · {task}: in-domain ppl, tuned LR")
+        row[2].set_title(f"{model} · {task}: optimal LR vs tokens")
+    return save_figure(fig, stem, formats)
+
+
+def plot_distance(metrics: pd.DataFrame, stem: str | Path, formats: Iterable[str]) -> list[Path]:
+    """‖θ_ft − θ_pre‖₂ vs learning rate, one line per pre-training budget, per (model, task) (log-log)."""
+    set_style()
+    dist = metrics[(metrics["modification"] == "sft") & (metrics["metric"] == "distance_l2")]
+    keys = sorted(dist.groupby(["model", "task"]).groups)
+    fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4.3), squeeze=False)
+    for ax, (model, task) in zip(axes[0], keys):
+        d = dist[
+            (dist["model"] == model)
+            & (dist["task"] == task)
+            & (dist["lambda_reg"] == dist["lambda_reg"].min())
+        ]
+        sns.lineplot(
+            d,
+            x="learning_rate",
+            y="value",
+            hue="budget",
+            palette="viridis",
+            hue_norm=plt.matplotlib.colors.LogNorm(),
+            marker="o",
+            errorbar="sd",
+            ax=ax,
+        )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        lrs = np.array(sorted(d["learning_rate"].unique()))
+        ref = d[d["learning_rate"] == lrs[0]]["value"].mean()
+        ax.plot(lrs, ref * lrs / lrs[0], "k:", label="∝ learning rate")
+        handles, labels = ax.get_legend_handles_labels()
+        labels = [
+            format_tokens(float(lab)) if lab.replace(".", "").replace("e+", "").isdigit() else lab
+            for lab in labels
+        ]
+        ax.legend(handles, labels, title="pre-training tokens", fontsize=8)
+        ax.set_xlabel("fine-tuning learning rate")
+        ax.set_ylabel("‖θ_ft − θ_pre‖₂")
+        ax.set_title(f"{model} · {task}: distance vs LR")
+    return save_figure(fig, stem, formats)

@@ -1,0 +1,242 @@
+"""Analysis of a study's metrics: deltas vs the unmodified checkpoint, progressive
+sensitivity, and the inflection point of catastrophic overtraining (Definition 4.2)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from scipy.stats import spearmanr
+
+# Columns that identify one modification setting (one line in the figures).
+SETTING_KEYS = ["model", "modification", "gamma", "task", "learning_rate", "lambda_reg", "eval_data", "split"]
+
+
+def deltas(metrics: pd.DataFrame, metric: str = "ppl") -> pd.DataFrame:
+    """Each modified row next to its checkpoint's unmodified value.
+
+    delta = value − base; delta_log = ln(value / base) (for ppl this is the change in mean
+    NLL, the scale-free measure of sensitivity).
+    """
+    m = metrics[metrics["metric"] == metric]
+    base = m[m["modification"] == "none"][["checkpoint", "eval_data", "split", "value", "diverged"]]
+    base = base.rename(columns={"value": "base", "diverged": "base_diverged"})
+    mod = m[m["modification"] != "none"].merge(
+        base, on=["checkpoint", "eval_data", "split"], how="left", validate="many_to_one"
+    )
+    mod["delta"] = mod["value"] - mod["base"]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mod["delta_log"] = np.log(mod["value"] / mod["base"])
+    mod["metric"] = metric
+    return mod
+
+
+def inflection_point(budgets: np.ndarray, values: np.ndarray) -> float:
+    """Definition 4.2: the smallest budget r with L(r) < L(next budget); NaN if none.
+
+    `budgets` must be sorted ascending; a NaN/inf value (diverged) counts as larger than any.
+    """
+    v = np.where(np.isfinite(values), values, np.inf)
+    for i in range(len(v) - 1):
+        if v[i] < v[i + 1]:
+            return float(budgets[i])
+    return math.nan
+
+
+def _seed_matrix(group: pd.DataFrame, value: str) -> tuple[np.ndarray, np.ndarray]:
+    """(budgets, seeds × budgets matrix) of `value` for one setting."""
+    wide = group.pivot_table(index="seed", columns="budget", values=value, aggfunc="mean", dropna=False)
+    wide = wide.reindex(sorted(wide.columns), axis=1)
+    return wide.columns.to_numpy(dtype=float), wide.to_numpy(dtype=float)
+
+
+def sensitivity_table(d: pd.DataFrame) -> pd.DataFrame:
+    """Per setting: Spearman ρ of the seed-mean Δ log-metric vs budget, and whether it rises strictly."""
+    out = []
+    for key, g in d.groupby(SETTING_KEYS, dropna=False, sort=True):
+        budgets, mat = _seed_matrix(g, "delta_log")
+        mean = np.nanmean(mat, axis=0)
+        rho, p = (
+            spearmanr(budgets, mean) if len(budgets) > 2 and np.isfinite(mean).all() else (math.nan, math.nan)
+        )
+        out.append(
+            {
+                **dict(zip(SETTING_KEYS, key)),
+                "metric": g["metric"].iloc[0],
+                "n_budgets": len(budgets),
+                "n_seeds": mat.shape[0],
+                "spearman_rho": float(rho),
+                "p_value": float(p),
+                "strictly_increasing": bool(np.all(np.diff(mean) > 0)),
+                "delta_log_first": float(mean[0]),
+                "delta_log_last": float(mean[-1]),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def inflection_table(d: pd.DataFrame, n_bootstrap: int, seed: int, ci: float = 0.95) -> pd.DataFrame:
+    """Per setting: inflection budget of the seed-mean modified metric, with a bootstrap over seeds.
+
+    The interval resamples seeds with replacement; `p_no_inflection` is the share of
+    resamples whose curve never turns up within the sweep.
+    """
+    rng = np.random.default_rng(seed)
+    out = []
+    for key, g in d.groupby(SETTING_KEYS, dropna=False, sort=True):
+        budgets, mat = _seed_matrix(g, "value")
+        point = inflection_point(budgets, np.nanmean(mat, axis=0))
+        n = mat.shape[0]
+        boots = np.array(
+            [
+                inflection_point(budgets, np.nanmean(mat[rng.integers(0, n, n)], axis=0))
+                for _ in range(n_bootstrap)
+            ]
+        )
+        found = boots[np.isfinite(boots)]
+        lo, hi = (
+            np.quantile(found, [(1 - ci) / 2, 1 - (1 - ci) / 2], method="inverted_cdf")
+            if len(found)
+            else (math.nan, math.nan)
+        )
+        out.append(
+            {
+                **dict(zip(SETTING_KEYS, key)),
+                "metric": g["metric"].iloc[0],
+                "n_seeds": n,
+                "inflection_budget": point,
+                "ci_low": float(lo),
+                "ci_high": float(hi),
+                "ci_level": ci,
+                "p_no_inflection": float(1 - len(found) / max(len(boots), 1)),
+                "min_budget": float(budgets.min()),
+                "max_budget": float(budgets.max()),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+# --- fine-tuning: the tuned-learning-rate view (Section 3.4.2, Figures 6, 7 and 34) ---------------
+
+TUNED_KEYS = ["model", "task", "lambda_reg", "checkpoint", "budget"]
+
+
+def tuned_table(
+    metrics: pd.DataFrame, select_split: str = "validation", select_metric: str = "ppl"
+) -> pd.DataFrame:
+    """Per (model, task, λ, checkpoint): the learning rate with the best seed-mean in-domain
+    `select_split` `select_metric`, and every metric of the fine-tuned models at that rate.
+
+    A learning rate with any diverged seed is never selected. Rows: one per (setting,
+    eval_data, split, metric) with the seed mean, sd and count, and the unmodified value.
+    """
+    sft = metrics[metrics["modification"] == "sft"]
+    if sft.empty:
+        return pd.DataFrame(
+            columns=TUNED_KEYS
+            + ["learning_rate", "eval_data", "split", "metric", "mean", "sd", "n_seeds", "base"]
+        )
+    sel = sft[
+        (sft["eval_data"] == sft["task"]) & (sft["split"] == select_split) & (sft["metric"] == select_metric)
+    ]
+    score = (
+        sel.groupby(TUNED_KEYS + ["learning_rate"], dropna=False)
+        .agg(score=("value", "mean"), diverged=("diverged", "any"))
+        .reset_index()
+    )
+    score.loc[score["diverged"] | ~np.isfinite(score["score"]), "score"] = np.inf
+    best = score.sort_values(["score", "learning_rate"]).groupby(TUNED_KEYS, dropna=False, sort=True).head(1)
+    best = best[np.isfinite(best["score"])][TUNED_KEYS + ["learning_rate"]]
+    chosen = sft.merge(best, on=TUNED_KEYS + ["learning_rate"], how="inner")
+    out = (
+        chosen.groupby(TUNED_KEYS + ["learning_rate", "eval_data", "split", "metric"], dropna=False)
+        .agg(mean=("value", "mean"), sd=("value", "std"), n_seeds=("seed", "nunique"))
+        .reset_index()
+    )
+    base = metrics[metrics["modification"] == "none"][
+        ["checkpoint", "eval_data", "split", "metric", "value"]
+    ].rename(columns={"value": "base"})
+    return out.merge(
+        base.drop_duplicates(["checkpoint", "eval_data", "split", "metric"]),
+        on=["checkpoint", "eval_data", "split", "metric"],
+        how="left",
+    )
+
+
+def _log_slope(x: np.ndarray, y: np.ndarray) -> float:
+    """Least-squares slope of log10 y on log10 x (decades of y per decade of x)."""
+    if len(x) < 2:
+        return math.nan
+    return float(np.polyfit(np.log10(x), np.log10(y), 1)[0])
+
+
+# Figure 7: how the optimal learning rate moves with pre-training tokens, and what that predicts.
+SCENARIOS = {
+    "constant": "constant optimal LR: ID and pre-training metrics both degrade",
+    "slowly decreasing": "slowly decreasing optimal LR: only the pre-training metric degrades",
+    "quickly decreasing": "quickly decreasing optimal LR: neither degrades",
+    "increasing": "increasing optimal LR (not among Figure 7's scenarios)",
+}
+
+
+def optimal_lr_table(tuned: pd.DataFrame, flat_slope: float = 0.1, id_split: str = "test") -> pd.DataFrame:
+    """Per (model, task, λ): the optimal-LR trajectory over budgets and its Figure 7 scenario.
+
+    lr_slope: decades of optimal LR per decade of tokens; |slope| < flat_slope is constant.
+    id_degrades / pretrain_degrades: the tuned in-domain `id_split` ppl / pre-training ppl
+    curve has an inflection point (Definition 4.2) within the sweep. A decreasing LR is
+    'slowly' decreasing when the pre-training ppl still degrades, 'quickly' when it does not.
+    """
+    out = []
+    for key, g in tuned.groupby(["model", "task", "lambda_reg"], dropna=False, sort=True):
+        lr = g.drop_duplicates("budget").sort_values("budget")
+        budgets, lrs = lr["budget"].to_numpy(float), lr["learning_rate"].to_numpy(float)
+        slope = _log_slope(budgets, lrs)
+
+        def curve(eval_data: str, split: str) -> np.ndarray:
+            c = g[(g["eval_data"] == eval_data) & (g["split"] == split) & (g["metric"] == "ppl")].set_index(
+                "budget"
+            )["mean"]
+            return c.reindex(budgets).to_numpy(float)
+
+        pre_curve = (
+            curve("pretrain", g.loc[g["eval_data"] == "pretrain", "split"].iloc[0])
+            if (g["eval_data"] == "pretrain").any()
+            else np.full(len(budgets), np.nan)
+        )
+        id_curve = curve(key[1], id_split)
+        pre_infl, id_infl = inflection_point(budgets, pre_curve), inflection_point(budgets, id_curve)
+        trend = (
+            "constant"
+            if not np.isfinite(slope) or abs(slope) < flat_slope
+            else ("decreasing" if slope < 0 else "increasing")
+        )
+        if trend == "decreasing":
+            scenario = "slowly decreasing" if np.isfinite(pre_infl) else "quickly decreasing"
+        else:
+            scenario = trend
+        expected = {
+            "constant": (True, True),
+            "slowly decreasing": (False, True),
+            "quickly decreasing": (False, False),
+        }.get(scenario)
+        out.append(
+            {
+                **dict(zip(["model", "task", "lambda_reg"], key)),
+                "budgets": budgets.tolist(),
+                "optimal_lrs": lrs.tolist(),
+                "lr_slope": slope,
+                "lr_trend": trend,
+                "pretrain_inflection": pre_infl,
+                "id_inflection": id_infl,
+                "pretrain_degrades": bool(np.isfinite(pre_infl)),
+                "id_degrades": bool(np.isfinite(id_infl)),
+                "scenario": scenario,
+                "scenario_description": SCENARIOS[scenario],
+                "matches_figure7": None
+                if expected is None
+                else (bool(np.isfinite(id_infl)), bool(np.isfinite(pre_infl))) == expected,
+            }
+        )
+    return pd.DataFrame(out)

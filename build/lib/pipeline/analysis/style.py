@@ -1,0 +1,42 @@
+"""Shared figure style and atomic figure saving (seaborn / matplotlib, headless)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from pipeline.io import atomic_path  # noqa: E402
+
+
+def set_style() -> None:
+    """One look for every figure of a study."""
+    sns.set_theme(context="paper", style="whitegrid", font_scale=1.15)
+    plt.rcParams.update(
+        {"figure.dpi": 120, "savefig.dpi": 150, "savefig.bbox": "tight", "axes.titleweight": "bold"}
+    )
+
+
+def save_figure(fig: plt.Figure, stem: str | Path, formats: Iterable[str] = ("png", "pdf")) -> list[Path]:
+    """Save `fig` as `stem.<fmt>` for each format, atomically, and close it."""
+    paths = []
+    for fmt in formats:
+        path = Path(f"{stem}.{fmt}")
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format=fmt)
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def format_tokens(x: float, _pos: int | None = None) -> str:
+    """Tick label for a token count: 250K, 4M, 3.1T."""
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(x) >= scale:
+            return f"{x / scale:g}{unit}"
+    return f"{x:g}"

@@ -1,0 +1,84 @@
+"""Tokenizers: train a byte-level BPE on the study's training split, or load a named one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+if TYPE_CHECKING:
+    import numpy as np
+
+EOS = "<|endoftext|>"
+PAD = "<|padding|>"
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> Tokenizer:
+    """Byte-level BPE (GPT-2 style) with an end-of-text and a padding token."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=[EOS, PAD],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def as_hf_tokenizer(path: str | Path) -> PreTrainedTokenizerFast:
+    """Wrap a `tokenizer.json` as a transformers tokenizer with EOS doubling as BOS."""
+    return PreTrainedTokenizerFast(tokenizer_file=str(path), bos_token=EOS, eos_token=EOS, pad_token=PAD)
+
+
+def load_tokenizer(path_or_dir: str | Path) -> PreTrainedTokenizerFast:
+    """A tokenizer from a model directory (save_pretrained layout) or a bare tokenizer.json."""
+    from transformers import AutoTokenizer
+
+    path = Path(path_or_dir)
+    if path.is_file():
+        return as_hf_tokenizer(path)
+    tok = AutoTokenizer.from_pretrained(str(path))
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def encode_documents(tokenizer: PreTrainedTokenizerFast, texts: list[str]) -> list[list[int]]:
+    """Token ids of each document, no special tokens added (fast, batched in Rust)."""
+    return tokenizer(texts, add_special_tokens=False)["input_ids"]
+
+
+def token_stream(tokenizer: PreTrainedTokenizerFast, texts: list[str]) -> "np.ndarray":
+    """All documents as one token array, each document followed by the end-of-text token."""
+    import numpy as np
+
+    eos = tokenizer.eos_token_id
+    ids = encode_documents(tokenizer, texts)
+    dtype = np.uint16 if len(tokenizer) <= np.iinfo(np.uint16).max else np.uint32
+    out = np.empty(sum(len(x) + 1 for x in ids), dtype=dtype)
+    pos = 0
+    for doc in ids:
+        out[pos : pos + len(doc)] = doc
+        out[pos + len(doc)] = eos
+        pos += len(doc) + 1
+    return out
+
+
+def study_tokenizer(train_texts: list[str], cfg: dict, task_texts: list[str] = ()) -> Tokenizer:
+    """The `tokenizer:` config section: train a BPE (on `train_texts` plus extra texts) or load a file.
+
+    task_texts: training-split texts of the fine-tuning tasks named in `extra_texts` (read
+    from their task tables by the caller); other names there are EXTRA_TOKENIZER_TEXTS.
+    """
+    if cfg["kind"] == "file":
+        return Tokenizer.from_file(cfg["path"])
+    from pipeline.data.corpus import EXTRA_TOKENIZER_TEXTS
+
+    extra = [d.text for name in cfg.get("extra_texts") or [] if name in EXTRA_TOKENIZER_TEXTS for d in EXTRA_TOKENIZER_TEXTS[name]()]
+    return train_bpe(train_texts + extra + list(task_texts), cfg["vocab_size"])

@@ -1,0 +1,71 @@
+"""One job of the benchmark sweep: a checkpoint's lm-eval suite on the base model and on every
+(γ, seed) Gaussian perturbation of it (Figure 2 / Figures 11-22 analogues for perturbations).
+
+The checkpoint is loaded once and each cell is one `simple_evaluate` call over all tasks
+(pipeline.evaluate.benchmarks); cells are cached like the perplexity sweep's, so a killed job or an
+added γ only computes what it lacks. A separate job from the perplexity sweep: changing the
+benchmark settings reruns only these jobs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+import torch
+
+from pipeline.evaluate.benchmarks import benchmark_settings, configured_rows, eval_configured
+from pipeline.models.checkpoints import CheckpointSpec, fingerprint, load_checkpoint
+from pipeline.sweeps.cells import cell_fields, evaluate_cells, grid_cells
+
+log = logging.getLogger(__name__)
+
+
+def _cell_key(ckpt_fp: str, gamma: float, seed: int, bench_cfg: dict) -> str:
+    blob = json.dumps(
+        {"ckpt": ckpt_fp, "gamma": gamma, "seed": seed, "benchmarks": bench_cfg}, sort_keys=True
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def summarize(results: dict) -> str:
+    """One log fragment: acc of every task of a cell."""
+    return " ".join(f"{task}={r['acc']:.3f}" for task, r in results.items())
+
+
+def benchmark_grid(
+    spec: CheckpointSpec,
+    path: str | None,
+    bench_cfg: dict,
+    gammas: list[float],
+    seeds: list[int],
+    study: str,
+    cache_dir: str | Path,
+    device: str = "cpu",
+) -> list[dict]:
+    """lm-eval accuracies of the unmodified checkpoint and each (γ, seed) perturbation; tidy rows."""
+    model, tokenizer, init_std, std_source = load_checkpoint(spec, path, device)
+    ckpt_fp = fingerprint(spec, path)
+    settings = benchmark_settings(bench_cfg)
+    common = spec.row_fields(study)
+    rows = []
+    cells = evaluate_cells(
+        model,
+        init_std,
+        grid_cells(gammas, seeds),
+        lambda m: eval_configured(m, tokenizer, bench_cfg),
+        cache_dir,
+        lambda g, s: _cell_key(ckpt_fp, g, s, settings),
+        summarize,
+        spec.name,
+    )
+    for gamma, seed, results in cells:
+        rows += configured_rows(
+            results, bench_cfg, **common, **cell_fields(gamma, seed), extra={"init_std_source": std_source}
+        )
+    del model
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return rows

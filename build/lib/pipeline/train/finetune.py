@@ -1,0 +1,357 @@
+"""Supervised fine-tuning of one checkpoint on one task at one (learning rate, λ, seed),
+evaluated in memory (Section 3.4, Appendix C.1, Table 4).
+
+AdamW (weight decay 0), warmup, cosine / constant schedule, up to `epochs` epochs with early
+stopping over epochs on the in-domain validation split; an optional proximal term
+λ‖θ − θ_pre‖² (Section 4). After training: pre-training perplexity on the held-out corpus,
+in-domain metrics on validation and test (TASK_METRICS; chat tasks: the perplexity of the
+assistant tokens), and ‖θ_ft − θ_pre‖₂ (Figure 8), as tidy rows. Instruction tuning (chat
+tasks, Table 2) trains on whole conversations with the loss on assistant tokens only
+(`pipeline.data.chat`).
+A killed job resumes from its last state file (best epoch so far included).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from pipeline.data.chat import ChatSampler, encode_chats
+from pipeline.data.encode import (
+    ExampleSampler,
+    encode_classification,
+    lm_eval_set,
+    lm_sampler,
+    read_task,
+    split_of_task,
+)
+from pipeline.evaluate.benchmarks import configured_rows, eval_configured
+from pipeline.evaluate.heldout import EVAL_METRICS, heldout_eval_set
+from pipeline.evaluate.perplexity import eval_perplexity
+from pipeline.evaluate.tasks import eval_task
+from pipeline.io import atomic_path
+from pipeline.models.checkpoints import CheckpointSpec, load_checkpoint
+from pipeline.tables import metric_row
+from pipeline.train.loop import SCHEDULES, TrainConfig, train
+
+log = logging.getLogger(__name__)
+
+# chat: perplexity / mean NLL of the assistant tokens of held-out conversations
+TASK_METRICS = {
+    "lm": ("ppl", "loss", "bpb"),
+    "classification": ("ppl", "loss", "accuracy"),
+    "chat": ("ppl", "loss"),
+}
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """Hyperparameters of one fine-tuning run (Table 4; grid values come separately)."""
+
+    epochs: int = 4
+    max_steps: int | None = None  # cap on optimiser steps (CPU runs); None: `epochs` full epochs
+    batch_size: int = 64
+    micro_batch_size: int | None = None  # gradient accumulation: forward/backward this many at a time
+    seq_len: int | None = (
+        None  # LM tasks' packed chunk length / classification and chat context; None: the model's
+    )
+    schedule: str = "cosine"
+    warmup_fraction: float = 0.1
+    warmup_steps: int | None = None  # when set, replaces warmup_fraction (Table 2: 20 steps)
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0
+    grad_clip: float | None = 1.0
+    eval_batch_size: int = 64
+    eval_max_tokens: int | None = None  # LM and chat tasks: validation/test documents up to this many tokens
+    checkpoint_every: int = 200
+    log_every: int = 50
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"finetune.schedule: {self.schedule!r} is unknown; expected one of {SCHEDULES}")
+        if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
+            raise ValueError("finetune.epochs and finetune.max_steps must be >= 1")
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise ValueError(f"finetune.warmup_steps must be >= 0 or null, got {self.warmup_steps}")
+
+    def warmup_fraction_of(self, total_steps: int) -> float:
+        """The warmup as a fraction of the run (what the training loop takes): warmup_steps / steps
+        (at most the whole run) when warmup_steps is set, else warmup_fraction."""
+        if self.warmup_steps is None:
+            return self.warmup_fraction
+        return min(self.warmup_steps, total_steps) / total_steps
+
+
+def proximal_term(model: torch.nn.Module, reference: dict[str, torch.Tensor], lam: float):
+    """λ‖θ − θ_ref‖² over all trainable parameters (a callable for `train(extra_loss=...)`)."""
+
+    def term(m: torch.nn.Module) -> torch.Tensor:
+        diffs = [(p - reference[n]).pow(2).sum() for n, p in m.named_parameters() if p.requires_grad]
+        return lam * torch.stack(diffs).sum()
+
+    return term
+
+
+@torch.no_grad()
+def weight_distance(model: torch.nn.Module, reference: dict[str, torch.Tensor]) -> float:
+    """‖θ − θ_ref‖₂ over all parameters, accumulated in float64."""
+    total = 0.0
+    for n, p in model.named_parameters():
+        total += float((p.detach().double() - reference[n].to(p.device).double()).pow(2).sum())
+    return math.sqrt(total)
+
+
+def _eval_data(task, tokenizer, max_len: int, cfg: FinetuneConfig) -> dict:
+    """In-domain validation and test data: rolling windows (LM), encoded items (classification) or
+    encoded conversations (chat; up to eval_max_tokens like LM documents)."""
+    if task.kind == "lm":
+        return {
+            s: lm_eval_set(tokenizer, split_of_task(task, s), max_len, cfg.eval_max_tokens)
+            for s in ("validation", "test")
+        }
+    if task.kind == "chat":
+        return {
+            s: encode_chats(
+                tokenizer, split_of_task(task, s), max_len, cfg.eval_max_tokens, f"{task.name}/{s}"
+            )
+            for s in ("validation", "test")
+        }
+    return {
+        s: encode_classification(tokenizer, split_of_task(task, s), max_len) for s in ("validation", "test")
+    }
+
+
+def _train_data(task, tokenizer, max_len: int, cfg: FinetuneConfig, seed: int):
+    """(batch_fn, steps per epoch) of a task's training split."""
+    if task.kind == "lm":
+        sampler, per_epoch = lm_sampler(
+            tokenizer, split_of_task(task, "train"), max_len, cfg.batch_size, seed
+        )
+        return sampler.batch, per_epoch
+    if task.kind == "chat":
+        enc = encode_chats(tokenizer, split_of_task(task, "train"), max_len, name=f"{task.name}/train")
+        sampler = ChatSampler(enc, cfg.batch_size, seed, tokenizer.pad_token_id)
+    else:
+        enc = encode_classification(tokenizer, split_of_task(task, "train"), max_len)
+        sampler = ExampleSampler(enc, cfg.batch_size, seed, tokenizer.pad_token_id)
+    n = len(enc.prompts) if task.kind == "classification" else len(enc)
+    if n < cfg.batch_size:
+        raise ValueError(
+            f"finetune.batch_size {cfg.batch_size} is larger than task {task.name!r}'s training split ({n} items)"
+        )
+    return sampler.batch, sampler.steps_per_epoch
+
+
+def task_base_rows(
+    spec: CheckpointSpec,
+    path: str | None,
+    task_path: str | Path,
+    task_name: str,
+    cfg: FinetuneConfig,
+    study: str,
+    device: str = "cpu",
+) -> list[dict]:
+    """In-domain metrics of the unmodified checkpoint on a task (the Δ baseline of fine-tuning)."""
+    model, tokenizer, _, _ = load_checkpoint(spec, path, device, dtype=torch.float32)
+    task = read_task(task_name, task_path)
+    max_len = _context(model, cfg)
+    evals = _eval_data(task, tokenizer, max_len, cfg)
+    rows = []
+    common = dict(**spec.row_fields(study), modification="none", task=task_name, eval_data=task_name)
+    for split, data in evals.items():
+        result = eval_task(model, data, tokenizer.pad_token_id, cfg.eval_batch_size)
+        rows += [
+            metric_row(**common, split=split, metric=m, value=result[m]) for m in TASK_METRICS[task.kind]
+        ]
+        log.info(
+            "base %s on %s/%s: %s",
+            spec.name,
+            task_name,
+            split,
+            {m: round(result[m], 4) for m in TASK_METRICS[task.kind]},
+        )
+    return rows
+
+
+def _context(model: torch.nn.Module, cfg: FinetuneConfig) -> int:
+    ctx = model.config.max_position_embeddings
+    return min(cfg.seq_len or ctx, ctx)
+
+
+def finetune_run(
+    spec: CheckpointSpec,
+    path: str | None,
+    task_path: str | Path,
+    task_name: str,
+    corpus_path: str | Path,
+    eval_cfg: dict,
+    cfg: FinetuneConfig,
+    learning_rate: float,
+    lambda_reg: float,
+    seed: int,
+    study: str,
+    state_dir: str | Path,
+    device: str = "cpu",
+    stop_after: int | None = None,
+    bench_cfg: dict | None = None,
+) -> list[dict]:
+    """Fine-tune, pick the best epoch on ID validation, evaluate; tidy metric rows.
+
+    bench_cfg: `eval.benchmarks` (pipeline.evaluate.benchmarks); with tasks, the fine-tuned model is also
+    scored on the lm-eval suite in memory (Figure 2: base vs fine-tuned benchmark accuracy).
+    state_dir: resume files of this run (training state + best epoch so far), removed at the end.
+    stop_after: stop as if killed after this many steps (tests of resumption); returns [].
+    """
+    if learning_rate <= 0:
+        raise ValueError(f"finetune.learning_rates: a learning rate must be > 0, got {learning_rate}")
+    if lambda_reg < 0:
+        raise ValueError(f"finetune.lambdas: λ must be >= 0, got {lambda_reg}")
+    torch.manual_seed(seed)
+    # fp32 weights for training on every device (AdamW on bf16 weights loses small updates)
+    model, tokenizer, _, _ = load_checkpoint(spec, path, device, dtype=torch.float32)
+    task = read_task(task_name, task_path)
+    max_len = _context(model, cfg)
+    batch_fn, per_epoch = _train_data(task, tokenizer, max_len, cfg, seed)
+    evals = _eval_data(task, tokenizer, max_len, cfg)
+    total = per_epoch * cfg.epochs if cfg.max_steps is None else min(per_epoch * cfg.epochs, cfg.max_steps)
+    boundaries = sorted({s for s in range(per_epoch, total + 1, per_epoch)} | {total})
+    reference_device = device if lambda_reg > 0 else "cpu"
+    reference = {n: p.detach().to(reference_device, copy=True) for n, p in model.named_parameters()}
+    train_cfg = TrainConfig(
+        steps=total,
+        lr=learning_rate,
+        betas=tuple(cfg.betas),
+        weight_decay=cfg.weight_decay,
+        warmup_fraction=cfg.warmup_fraction_of(total),
+        schedule=cfg.schedule,
+        grad_clip=cfg.grad_clip,
+        checkpoint_every=cfg.checkpoint_every,
+        log_every=cfg.log_every,
+    )
+    state_dir = Path(state_dir)
+    best_file = state_dir / "best.pt"
+    best = (
+        torch.load(best_file, weights_only=False)
+        if best_file.is_file()
+        else {"step": 0, "loss": math.inf, "history": [], "state": None}
+    )
+
+    def at_epoch_end(step: int) -> None:
+        if step not in boundaries:
+            return
+        val = eval_task(model, evals["validation"], tokenizer.pad_token_id, cfg.eval_batch_size)
+        best["history"] = [h for h in best["history"] if h["step"] != step]  # a resumed run re-evaluates
+        best["history"].append(
+            {"step": step, "epoch": step / per_epoch, "val_loss": val["loss"], "val_ppl": val["ppl"]}
+        )
+        log.info(
+            "step %d (epoch %.2f): ID validation loss %.4f ppl %.3f",
+            step,
+            step / per_epoch,
+            val["loss"],
+            val["ppl"],
+        )
+        if math.isfinite(val["loss"]) and val["loss"] < best["loss"]:
+            best.update(
+                step=step,
+                loss=val["loss"],
+                state={k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
+            )
+        if step < total:
+            with atomic_path(best_file) as tmp:
+                torch.save(best, tmp)
+
+    log.info(
+        "fine-tuning %s on %s: lr %g, λ %g, seed %d, %d steps (%d per epoch, evaluations at %s)",
+        spec.name,
+        task_name,
+        learning_rate,
+        lambda_reg,
+        seed,
+        total,
+        per_epoch,
+        boundaries,
+    )
+    extra_loss = proximal_term(model, reference, lambda_reg) if lambda_reg > 0 else None
+    result = train(
+        model,
+        batch_fn,
+        train_cfg,
+        state_path=state_dir / "train.pt",
+        stop_after=stop_after,
+        extra_loss=extra_loss,
+        on_step_end=at_epoch_end,
+        micro_batch_size=cfg.micro_batch_size,
+    )
+    if stop_after is not None and result.steps_done < total and not result.diverged:
+        return []
+    if best["state"] is not None and best["step"] != result.steps_done:
+        model.load_state_dict(best["state"])
+        log.info(
+            "early stopping: restored step %d (best ID validation loss %.4f)", best["step"], best["loss"]
+        )
+
+    pretrain_data = heldout_eval_set(
+        corpus_path,
+        eval_cfg["split"],
+        tokenizer,
+        min(eval_cfg.get("seq_len") or max_len, model.config.max_position_embeddings),
+        eval_cfg.get("max_tokens"),
+    )
+    pre = eval_perplexity(model, pretrain_data, batch_size=eval_cfg["batch_size"])
+    ident = {
+        s: eval_task(model, data, tokenizer.pad_token_id, cfg.eval_batch_size) for s, data in evals.items()
+    }
+    distance = weight_distance(model, reference)
+    tokens_per_step = cfg.batch_size * max_len if task.kind == "lm" else None
+    extra = {
+        **{
+            k: v
+            for k, v in asdict(cfg).items()
+            if k not in ("checkpoint_every", "log_every", "micro_batch_size")
+        },
+        "steps": result.steps_done,
+        "steps_per_epoch": per_epoch,
+        "best_step": best["step"],
+        "best_epoch": best["step"] / per_epoch,
+        "train_tokens": tokens_per_step * result.steps_done if tokens_per_step else None,
+        "final_train_loss": result.losses[-1] if result.losses else None,
+        "history": best["history"],
+    }  # no wall-clock times here: the table must be identical across machines and reruns
+    common = dict(
+        **spec.row_fields(study),
+        modification="sft",
+        task=task_name,
+        learning_rate=float(learning_rate),
+        lambda_reg=float(lambda_reg),
+        seed=int(seed),
+        extra=extra,
+        diverged=result.diverged,
+    )
+    rows = [
+        metric_row(**common, eval_data="pretrain", split=eval_cfg["split"], metric=m, value=pre[m])
+        for m in EVAL_METRICS
+    ]
+    for split, res in ident.items():
+        rows += [
+            metric_row(**common, eval_data=task_name, split=split, metric=m, value=res[m])
+            for m in TASK_METRICS[task.kind]
+        ]
+    rows.append(metric_row(**common, eval_data="weights", split=None, metric="distance_l2", value=distance))
+    if bench_cfg and bench_cfg.get("tasks"):
+        rows += configured_rows(eval_configured(model, tokenizer, bench_cfg), bench_cfg, **common)
+    log.info(
+        "done: pre-training ppl %.3f | ID val ppl %.3f test ppl %.3f | ‖θ_ft − θ_pre‖ %.4f | %.0f s training",
+        pre["ppl"],
+        ident["validation"]["ppl"],
+        ident["test"]["ppl"],
+        distance,
+        result.seconds,
+    )
+    for f in (state_dir / "train.pt", best_file):
+        f.unlink(missing_ok=True)
+    return rows

@@ -1,0 +1,305 @@
+"""A lean, resumable causal-LM training loop (pre-training and fine-tuning share it).
+
+Why not `transformers.Trainer`: at the sizes this pipeline sweeps (thousands of small
+runs) its per-step overhead dominates; bench/bench_train_eval.py measures the ratio.
+The loop is deterministic given (seed, step): batches are a pure function of the step,
+and a killed run resumes from its last state file with bit-identical results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import (
+    get_constant_schedule,
+    get_constant_schedule_with_warmup,
+    get_cosine_schedule_with_warmup,
+)
+
+from pipeline.io import atomic_path
+from pipeline.models.losses import IGNORE_INDEX, body_hidden, fused_head, fused_linear_cross_entropy
+
+log = logging.getLogger(__name__)
+
+SCHEDULES = ("cosine", "constant", "constant_with_warmup")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation hyperparameters of one run (AdamW + warmup + schedule to zero)."""
+
+    steps: int
+    lr: float
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.1
+    warmup_fraction: float = 0.1
+    schedule: str = "cosine"
+    grad_clip: float | None = 1.0
+    checkpoint_every: int = 200
+    log_every: int = 50
+
+    def fingerprint(self) -> str:
+        """Hash of what determines the numbers (not logging/checkpoint cadence)."""
+        d = {k: v for k, v in asdict(self).items() if k not in ("checkpoint_every", "log_every")}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class TrainResult:
+    steps_done: int
+    losses: list[float] = field(default_factory=list)
+    lrs: list[float] = field(default_factory=list)
+    diverged: bool = False
+    seconds: float = 0.0
+    resumed_from: int = 0
+
+
+class EpochOrder:
+    """Index stream over n examples; epoch e visits them in a permutation seeded by (seed, e)."""
+
+    def __init__(self, n: int, seed: int):
+        if n < 1:
+            raise ValueError("cannot sample from an empty training split")
+        self.n, self.seed = n, seed
+
+    @lru_cache(maxsize=4)
+    def _order(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch]).permutation(self.n)
+
+    def take(self, first: int, count: int) -> list[int]:
+        return [int(self._order(i // self.n)[i % self.n]) for i in range(first, first + count)]
+
+
+class ChunkSampler:
+    """Batches of contiguous token chunks; epoch e visits chunks in a permutation seeded by (seed, e).
+
+    Chunk i covers tokens [i*L, i*L + L] (L+1 tokens: inputs and shifted targets).
+    """
+
+    def __init__(self, tokens: np.ndarray, seq_len: int, batch_size: int, seed: int):
+        self.tokens = tokens
+        self.seq_len = seq_len
+        self.batch_size = batch_size
+        self.seed = seed
+        self.n_chunks = (len(tokens) - 1) // seq_len
+        if self.n_chunks < 1:
+            raise ValueError(f"{len(tokens)} tokens cannot fill one sequence of length {seq_len}")
+
+        self.order = EpochOrder(self.n_chunks, seed)
+
+    def batch(self, step: int) -> dict[str, torch.Tensor]:
+        idx = self.order.take(step * self.batch_size, self.batch_size)
+        starts = np.asarray(idx, dtype=np.int64) * self.seq_len
+        rows = np.stack([self.tokens[s : s + self.seq_len + 1] for s in starts]).astype(np.int64)
+        rows = torch.from_numpy(rows)
+        return {"input_ids": rows[:, :-1], "labels": rows[:, 1:]}
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on norm weights / biases)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    device = params[0].device
+    fused = device.type in ("cuda", "cpu")
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=fused)
+
+
+def make_schedule(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    """Learning-rate schedule; cosine reaches exactly zero after `cfg.steps` steps."""
+    warmup = int(round(cfg.warmup_fraction * cfg.steps))
+    if cfg.schedule == "cosine":
+        return get_cosine_schedule_with_warmup(optimizer, warmup, cfg.steps)
+    if cfg.schedule == "constant_with_warmup":
+        return get_constant_schedule_with_warmup(optimizer, warmup)
+    if cfg.schedule == "constant":
+        return get_constant_schedule(optimizer)
+    raise ValueError(f"schedule {cfg.schedule!r} is unknown; expected one of {SCHEDULES}")
+
+
+def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean next-token cross-entropy over positions whose label is not IGNORE_INDEX.
+
+    The full-logits path, for models `pipeline.models.losses.fused_head` cannot split; the others
+    train through `fused_linear_cross_entropy`, which gives the same loss and gradients.
+    """
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX
+    )
+
+
+def _batch_loss(model: torch.nn.Module, head, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean next-token loss of one (micro-)batch, through the fused head when the model allows it."""
+    if head is not None:  # chunked fused head: the (tokens x vocab) logits never exist
+        hidden = body_hidden(head[0], batch["input_ids"], batch.get("attention_mask"))
+        return fused_linear_cross_entropy(hidden, head[1], batch["labels"])
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask")).logits
+    return lm_loss(logits, batch["labels"])
+
+
+def _micro_batches(batch: dict[str, torch.Tensor], size: int | None) -> list[dict[str, torch.Tensor]]:
+    """The batch split into row slices of at most `size` (without slices that score nothing), each
+    cut after its last scored column: right padding past it cannot change a causal model's loss,
+    and a padded batch's width is set by its longest row, which most slices do not contain."""
+    n = len(batch["labels"])
+    if size is None or size >= n:
+        return [batch]
+    parts = []
+    for i in range(0, n, size):
+        scored = (batch["labels"][i : i + size] != IGNORE_INDEX).any(0).nonzero()
+        if len(scored):
+            width = int(scored[-1]) + 1
+            parts.append({k: v[i : i + size, :width] for k, v in batch.items()})
+    return parts or [batch]
+
+
+def _save_state(
+    path: Path, model, optimizer, scheduler, result: TrainResult, seconds: float, fingerprint: str
+) -> None:
+    """Everything a killed run needs to continue bit-identically, written atomically."""
+    state = {
+        "step": result.steps_done,
+        "fingerprint": fingerprint,
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "rng_cpu": torch.get_rng_state(),
+        "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "losses": result.losses,
+        "lrs": result.lrs,
+        "seconds": seconds,
+    }
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def train(
+    model: torch.nn.Module,
+    batch_fn: Callable[[int], dict[str, torch.Tensor]],
+    cfg: TrainConfig,
+    state_path: str | Path | None = None,
+    stop_after: int | None = None,
+    extra_loss: Callable[[torch.nn.Module], torch.Tensor] | None = None,
+    on_step_end: Callable[[int], None] | None = None,
+    micro_batch_size: int | None = None,
+) -> TrainResult:
+    """Train `model` for `cfg.steps` steps on `batch_fn(step)` batches.
+
+    state_path: resume file; loaded if it exists (and was written with the same config),
+        written every `cfg.checkpoint_every` steps. A killed run continues from there.
+    stop_after: stop (as if killed) after this many steps; for tests of resumption.
+    extra_loss: added to the LM loss (e.g. a proximal term towards the initial weights).
+    on_step_end: called with the number of steps done after every optimiser step (e.g. to
+        evaluate at epoch boundaries for early stopping); it may switch the model to eval
+        mode, the loop switches it back.
+    micro_batch_size: gradient accumulation: forward/backward this many rows of a batch at a
+        time, each part's mean loss weighted by its share of the batch's scored tokens (the
+        gradient is the whole batch's; None: the whole batch at once).
+    A non-finite loss stops the run and marks it diverged instead of raising.
+    """
+    device = next(model.parameters()).device
+    optimizer = make_optimizer(model, cfg)
+    scheduler = make_schedule(optimizer, cfg)
+    result = TrainResult(steps_done=0)
+    fingerprint = cfg.fingerprint()
+    state_path = Path(state_path) if state_path else None
+    if state_path and state_path.exists():
+        state = torch.load(state_path, map_location=device, weights_only=False)
+        if state["fingerprint"] != fingerprint:
+            raise ValueError(
+                f"resume file {state_path} was written by a run with other hyperparameters; delete it to start over"
+            )
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng_cpu"])
+        if state["rng_cuda"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng_cuda"])
+        result = TrainResult(
+            steps_done=state["step"],
+            losses=state["losses"],
+            lrs=state["lrs"],
+            seconds=state["seconds"],
+            resumed_from=state["step"],
+        )
+        log.info("resumed from %s at step %d/%d", state_path, state["step"], cfg.steps)
+
+    model.train()
+    head = fused_head(model)  # (body, head weight), or None: the model's forward transforms its logits
+    pending: list[torch.Tensor] = []
+    t0, tokens_since, step0 = time.perf_counter(), 0, result.steps_done
+    for step in range(result.steps_done, cfg.steps):
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch_fn(step).items()}
+        parts = _micro_batches(batch, micro_batch_size)
+        if len(parts) == 1:
+            loss = _batch_loss(model, head, batch)
+            total = loss + extra_loss(model) if extra_loss is not None else loss
+            total.backward()
+        else:
+            scored = (batch["labels"] != IGNORE_INDEX).sum().clamp(min=1)
+            loss = torch.zeros((), device=device)
+            for part in parts:
+                share = (part["labels"] != IGNORE_INDEX).sum() / scored
+                part_loss = _batch_loss(model, head, part) * share
+                part_loss.backward()
+                loss += part_loss.detach()
+            if extra_loss is not None:
+                extra_loss(model).backward()
+        if cfg.grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip, foreach=True)
+        result.lrs.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        pending.append(loss.detach())
+        tokens_since += int((batch["labels"] != IGNORE_INDEX).sum())
+        result.steps_done = step + 1
+        last = result.steps_done == cfg.steps
+        stopping = stop_after is not None and result.steps_done >= stop_after
+        if (
+            result.steps_done % cfg.log_every == 0
+            or result.steps_done % cfg.checkpoint_every == 0
+            or last
+            or stopping
+        ):
+            result.losses.extend(torch.stack(pending).float().cpu().tolist())
+            pending.clear()
+            elapsed = time.perf_counter() - t0
+            rate = (result.steps_done - step0) / max(elapsed, 1e-9)
+            log.info(
+                "step %d/%d loss %.4f lr %.3g | %.0f tok/s, ETA %.0fs",
+                result.steps_done,
+                cfg.steps,
+                result.losses[-1],
+                result.lrs[-1],
+                tokens_since / max(elapsed, 1e-9),
+                (cfg.steps - result.steps_done) / max(rate, 1e-9),
+            )
+            if not math.isfinite(result.losses[-1]):
+                result.diverged = True
+                log.warning("loss became non-finite at step %d: run marked diverged", result.steps_done)
+                break
+            if state_path and (result.steps_done % cfg.checkpoint_every == 0 or stopping) and not last:
+                _save_state(
+                    state_path, model, optimizer, scheduler, result, result.seconds + elapsed, fingerprint
+                )
+        if on_step_end is not None:
+            on_step_end(result.steps_done)
+            model.train()
+        if stopping:
+            break
+    result.seconds += time.perf_counter() - t0
+    model.eval()
+    return result

@@ -1,0 +1,113 @@
+"""One run of the pre-training sweep: a model preset trained to one token budget."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pipeline.data.tokenizer import load_tokenizer
+from pipeline.io import atomic_path, write_json
+from pipeline.models.build import build_model, count_parameters, init_std, model_config
+from pipeline.models.presets import steps_for_budget
+from pipeline.train.loop import ChunkSampler, TrainConfig, train
+
+log = logging.getLogger(__name__)
+
+
+def pretrain_run(
+    train_tokens: str | Path,
+    tokenizer_path: str | Path,
+    preset: str,
+    budget: int,
+    hp: dict,
+    out_dir: str | Path,
+    state_path: str | Path,
+    device: str = "cpu",
+    stop_after: int | None = None,
+) -> dict:
+    """Train `preset` on `budget` tokens and write a self-contained checkpoint directory.
+
+    out_dir gets: the HF model + tokenizer (save_pretrained), init_std.json (per-tensor
+    std at initialisation, used by the perturbation), loss_curve.parquet and summary.json.
+    hp: seq_len, batch_size, lr, betas, weight_decay, warmup_fraction, grad_clip, seed,
+    checkpoint_every, log_every.
+    """
+    tokenizer = load_tokenizer(tokenizer_path)
+    config = model_config(preset, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
+    if hp["seq_len"] > config.max_position_embeddings:
+        raise ValueError(
+            f"pretrain.seq_len {hp['seq_len']} exceeds the context of preset {preset!r} ({config.max_position_embeddings})"
+        )
+    model = build_model(config, seed=hp["seed"])
+    stds = init_std(model)
+    model.to(device)
+    tokens = np.load(train_tokens, mmap_mode="r")
+    sampler = ChunkSampler(tokens, hp["seq_len"], hp["batch_size"], seed=hp["seed"])
+    cfg = TrainConfig(
+        steps=steps_for_budget(budget, hp["batch_size"], hp["seq_len"]),
+        lr=hp["lr"],
+        betas=tuple(hp["betas"]),
+        weight_decay=hp["weight_decay"],
+        warmup_fraction=hp["warmup_fraction"],
+        schedule="cosine",
+        grad_clip=hp["grad_clip"],
+        checkpoint_every=hp["checkpoint_every"],
+        log_every=hp["log_every"],
+    )
+    log.info(
+        "pre-training %s (%d params) for %d steps = %d tokens (budget %d)",
+        preset,
+        count_parameters(model),
+        cfg.steps,
+        cfg.steps * hp["batch_size"] * hp["seq_len"],
+        budget,
+    )
+    result = train(model, sampler.batch, cfg, state_path=state_path, stop_after=stop_after)
+    if stop_after is not None and result.steps_done < cfg.steps:
+        return {"stopped_at": result.steps_done}
+    tokens_per_step = hp["batch_size"] * hp["seq_len"]
+    summary = {
+        "preset": preset,
+        "budget": budget,
+        "tokens_trained": result.steps_done * tokens_per_step,
+        "steps": result.steps_done,
+        "final_loss": result.losses[-1] if result.losses else None,
+        "diverged": result.diverged,
+        "seconds": result.seconds,
+        "tokens_per_second": (result.steps_done - result.resumed_from)
+        * tokens_per_step
+        / max(result.seconds, 1e-9),
+        "resumed_from_step": result.resumed_from,
+        "parameters": count_parameters(model),
+        "non_embedding_parameters": count_parameters(model, non_embedding=True),
+        "train_tokens_available": int(len(tokens)),
+        "epochs": result.steps_done * tokens_per_step / len(tokens),
+        "hyperparameters": {**hp, **asdict(cfg)},
+    }
+    curve = pd.DataFrame(
+        {
+            "step": np.arange(1, len(result.losses) + 1),
+            "lr": result.lrs[: len(result.losses)],
+            "loss": result.losses,
+        }
+    )
+    curve["tokens"] = curve["step"] * tokens_per_step
+    with atomic_path(out_dir) as tmp:
+        tmp.mkdir()
+        model.to("cpu").save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        write_json(tmp / "init_std.json", stds)
+        write_json(tmp / "summary.json", summary)
+        curve.to_parquet(tmp / "loss_curve.parquet", index=False)
+    Path(state_path).unlink(missing_ok=True)
+    log.info(
+        "wrote %s (final loss %.4f, %.0f tok/s)",
+        out_dir,
+        summary["final_loss"] or float("nan"),
+        summary["tokens_per_second"],
+    )
+    return summary

@@ -1,0 +1,65 @@
+"""The figure registry: every figure the workflow writes, declared once.
+
+A record names the figure (its file stem under `results/<study>/figures/`), the rule that writes
+it, the report category it is filed under, and the study stage that produces it; its caption is
+`report/<name>.rst`. Rules, `rule all`, the report and the figure code all derive their lists
+from here, and a test checks every record has its caption and every figure function writes
+exactly the stems registered for its rule. Torch-, numpy- and pandas-free: the Snakefile imports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STAGES = ("sweep", "pretrain", "finetune", "benchmarks", "theory")
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str  # file stem under results/<study>/figures/
+    rule: str  # the rule that writes it
+    category: str  # report category
+    stage: str  # which part of the study produces it (one of STAGES)
+
+    @property
+    def caption(self) -> str:
+        """The caption file, relative to the repository root."""
+        return f"report/{self.name}.rst"
+
+
+_GAUSSIAN = "Gaussian perturbations"
+_THEORY = "Theory: two-layer linear networks"
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("progressive_sensitivity", "figures", _GAUSSIAN, "sweep"),
+    Figure("inflection_point", "figures", _GAUSSIAN, "sweep"),
+    Figure("pretrain_loss", "loss_curves", "Pre-training", "pretrain"),
+    Figure("finetune_fixed_lr", "finetune_figures", "Fine-tuning", "finetune"),
+    Figure("finetune_tuned", "finetune_figures", "Fine-tuning", "finetune"),
+    Figure("finetune_distance", "finetune_figures", "Fine-tuning", "finetune"),
+    Figure("benchmarks", "benchmark_figures", "Benchmarks", "benchmarks"),
+    Figure("theory_perturbation", "theory", _THEORY, "theory"),
+    Figure("theory_delta_pre", "theory", _THEORY, "theory"),
+    Figure("theory_finetune_loss", "theory", _THEORY, "theory"),
+    Figure("theory_lambda_sweep", "theory", _THEORY, "theory"),
+)
+
+
+def figures_of_rule(rule: str) -> tuple[Figure, ...]:
+    """The figures one rule writes, in registry order."""
+    found = tuple(f for f in FIGURES if f.rule == rule)
+    if not found:
+        raise KeyError(f"no figure is registered for rule {rule!r}")
+    return found
+
+
+def figure_names(rule: str) -> tuple[str, ...]:
+    """The file stems one rule writes, in registry order."""
+    return tuple(f.name for f in figures_of_rule(rule))
+
+
+def figures_of_stage(stage: str) -> tuple[Figure, ...]:
+    """The figures of one study stage (`rule all` asks for a stage's figures when it is enabled)."""
+    if stage not in STAGES:
+        raise KeyError(f"unknown stage {stage!r}; expected one of {STAGES}")
+    return tuple(f for f in FIGURES if f.stage == stage)

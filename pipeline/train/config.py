@@ -1,0 +1,196 @@
+"""Run configs of the training stages: one dataclass per `pretrain:` / `finetune:` config section,
+and the training loop's own per-run config. Torch-free: the Snakefile builds them at parse time.
+
+The fields of PretrainConfig and FinetuneConfig are the hyperparameters, with their defaults (the
+one place they live). A rule passes them to its job through `params:` (`hyperparameters`), so a
+changed value reruns exactly the jobs that read it. Field metadata says where a field goes:
+
+- CADENCE: logging / resume-state cadence. It cannot change a number, so it is not in params (a
+  change reruns nothing) and not in the recorded hyperparameters; the job reads it from the config.
+- UNRECORDED: reaches the job, but is not a hyperparameter of the result (how a batch is computed).
+- BASE_EVAL: also read by the base model's in-domain evaluation (rule task_base).
+
+`OTHER_KEYS` of each class names the keys of its config section that are not fields, and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any, ClassVar
+
+SCHEDULES = ("cosine", "constant", "constant_with_warmup")
+
+CADENCE = {"params": False, "recorded": False}
+UNRECORDED = {"recorded": False}
+BASE_EVAL = {"base_eval": True}
+
+LOG_EVERY = 50  # steps between loss log lines (and loss-curve flushes)
+CHECKPOINT_EVERY = 200  # steps between resume states (a killed run resumes from the last one)
+
+
+def _cadence(default: int) -> Any:
+    return field(default=default, metadata=CADENCE)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation hyperparameters of one run of the training loop (AdamW + warmup + schedule)."""
+
+    steps: int
+    lr: float
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.1
+    warmup_fraction: float = 0.1
+    schedule: str = "cosine"
+    grad_clip: float | None = 1.0
+    checkpoint_every: int = _cadence(CHECKPOINT_EVERY)
+    log_every: int = _cadence(LOG_EVERY)
+
+    def fingerprint(self) -> str:
+        """Hash of what determines the numbers (not logging/checkpoint cadence)."""
+        d = {k: v for k, v in asdict(self).items() if changes_numbers(type(self), k)}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def warmup_fraction_of(warmup_fraction: float, warmup_steps: int | None, total_steps: int) -> float:
+    """The warmup as a fraction of the run (what the training loop takes): warmup_steps / steps
+    (at most the whole run) when warmup_steps is set, else warmup_fraction."""
+    if warmup_steps is None:
+        return warmup_fraction
+    return min(warmup_steps, total_steps) / total_steps
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Hyperparameters of one pre-training run (config `pretrain:`; the grid comes as wildcards)."""
+
+    OTHER_KEYS: ClassVar[dict[str, str]] = {
+        "presets": "wildcard {model}",
+        "budgets": "wildcard {budget}",
+        "threads": "job threads (cannot change a number)",
+    }
+
+    seq_len: int
+    batch_size: int
+    lr: float
+    betas: tuple[float, float]
+    weight_decay: float
+    warmup_fraction: float
+    seed: int
+    warmup_steps: int | None = None  # when set, replaces warmup_fraction
+    grad_clip: float | None = 1.0
+    checkpoint_every: int = _cadence(CHECKPOINT_EVERY)
+    log_every: int = _cadence(LOG_EVERY)
+
+    def train_config(self, steps: int) -> TrainConfig:
+        """The loop's config of a run of `steps` steps: cosine to zero at the budget."""
+        return TrainConfig(
+            steps=steps,
+            lr=self.lr,
+            betas=tuple(self.betas),
+            weight_decay=self.weight_decay,
+            warmup_fraction=warmup_fraction_of(self.warmup_fraction, self.warmup_steps, steps),
+            schedule="cosine",
+            grad_clip=self.grad_clip,
+            checkpoint_every=self.checkpoint_every,
+            log_every=self.log_every,
+        )
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """Hyperparameters of one fine-tuning run (config `finetune:`, Table 4; the grid values come as
+    wildcards)."""
+
+    OTHER_KEYS: ClassVar[dict[str, str]] = {
+        "enabled": "whether the study fine-tunes",
+        "tasks": "wildcard {task}",
+        "task_data": "rule task_data's params",
+        "learning_rates": "wildcard {lr}",
+        "lambdas": "wildcard {lam}",
+        "seeds": "wildcard {seed}",
+        "threads": "job threads (cannot change a number)",
+    }
+
+    epochs: int = 4
+    max_steps: int | None = None  # cap on optimiser steps (CPU runs); None: `epochs` full epochs
+    batch_size: int = 64
+    # gradient accumulation: forward/backward this many at a time
+    micro_batch_size: int | None = field(default=None, metadata=UNRECORDED)
+    # LM tasks' packed chunk length / classification and chat context; None: the model's
+    seq_len: int | None = field(default=None, metadata=BASE_EVAL)
+    schedule: str = "cosine"
+    warmup_fraction: float = 0.1
+    warmup_steps: int | None = None  # when set, replaces warmup_fraction (Table 2: 20 steps)
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0
+    grad_clip: float | None = 1.0
+    eval_batch_size: int = field(default=64, metadata=BASE_EVAL)
+    # LM and chat tasks: validation/test documents up to this many tokens
+    eval_max_tokens: int | None = field(default=None, metadata=BASE_EVAL)
+    checkpoint_every: int = _cadence(CHECKPOINT_EVERY)
+    log_every: int = _cadence(LOG_EVERY)
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"finetune.schedule: {self.schedule!r} is unknown; expected one of {SCHEDULES}")
+        if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
+            raise ValueError("finetune.epochs and finetune.max_steps must be >= 1")
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise ValueError(f"finetune.warmup_steps must be >= 0 or null, got {self.warmup_steps}")
+
+    def warmup_fraction_of(self, total_steps: int) -> float:
+        """The warmup as a fraction of a run of `total_steps` (warmup_steps, when set, wins)."""
+        return warmup_fraction_of(self.warmup_fraction, self.warmup_steps, total_steps)
+
+    def train_config(self, steps: int, lr: float) -> TrainConfig:
+        """The loop's config of a run of `steps` steps at learning rate `lr` (a grid value)."""
+        return TrainConfig(
+            steps=steps,
+            lr=lr,
+            betas=tuple(self.betas),
+            weight_decay=self.weight_decay,
+            warmup_fraction=self.warmup_fraction_of(steps),
+            schedule=self.schedule,
+            grad_clip=self.grad_clip,
+            checkpoint_every=self.checkpoint_every,
+            log_every=self.log_every,
+        )
+
+    def recorded(self) -> dict:
+        """The hyperparameters a result row records (`extra`): all but cadence and UNRECORDED."""
+        return {k: v for k, v in asdict(self).items() if _meta(type(self), k).get("recorded", True)}
+
+
+def _meta(cls: type, name: str) -> dict:
+    return dict(next(f.metadata for f in fields(cls) if f.name == name))
+
+
+def changes_numbers(cls: type, name: str) -> bool:
+    """Whether field `name` of `cls` can change a number (cadence cannot)."""
+    return _meta(cls, name).get("params", True)
+
+
+def hyperparameters(cls: type, section: dict, base_eval_only: bool = False) -> dict:
+    """A rule's `params:` for the run config `cls`: every field that can change a number, from the
+    config section or its default (base_eval_only: the BASE_EVAL fields only). Keys of the section
+    that are not fields (OTHER_KEYS, cadence) are left out."""
+    out = {}
+    for f in fields(cls):
+        if not f.metadata.get("params", True) or (base_eval_only and not f.metadata.get("base_eval")):
+            continue
+        if f.name in section:
+            out[f.name] = section[f.name]
+        elif f.default is not MISSING:
+            out[f.name] = f.default
+        else:
+            raise KeyError(f"config key {f.name!r} is required")
+    return out
+
+
+def cadence(cls: type, section: dict) -> dict:
+    """The cadence fields of `cls` from a config section (or their defaults): a job reads them from
+    the config, not from params, so changing them reruns nothing."""
+    return {f.name: section.get(f.name, f.default) for f in fields(cls) if not f.metadata.get("params", True)}

@@ -1,0 +1,128 @@
+"""Jobs and the machines they run on: the resources a job asks for, and the start-up checks of
+the jobs to run (onstart): cluster profile placeholders and GPU requests under the slurm
+executor, hub revisions of the checkpoints the jobs load.
+
+A job here is anything with Snakemake's job attributes (`rule.name`, `wildcards`, `resources`),
+so the checks are tested with plain stand-ins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from snakemake.exceptions import WorkflowError
+
+from pipeline.models.checkpoints import CheckpointSpec
+from pipeline.models.hub import HubRevisionError, check_hub_checkpoints
+from pipeline.models.presets import job_resources
+
+CLUSTER_KEYS = ("slurm_account", "slurm_partition")  # profiles/slurm/config.yaml ships placeholders
+STAGES = ("pretrain", "perturb", "finetune")  # the stages job_resources sizes
+
+Checkpoints = dict[str, CheckpointSpec]
+
+
+def gpu_count(device: str) -> int:
+    """GPUs a model job asks for: one with `device: cuda`, none otherwise (`auto` takes what the
+    node has)."""
+    return int(device == "cuda")
+
+
+def job_preset(wildcards: Any, checkpoints: Checkpoints) -> str:
+    """The model preset of a job on one model (pretrain) or one checkpoint (perturb, ...)."""
+    return wildcards.model if hasattr(wildcards, "model") else checkpoints[wildcards.checkpoint].model
+
+
+def job_params(wildcards: Any, checkpoints: Checkpoints) -> int | None:
+    """Parameter count of a job's hub checkpoint (sizes its resources); None for size presets."""
+    spec = checkpoints[wildcards.checkpoint] if hasattr(wildcards, "checkpoint") else None
+    return spec.params if spec is not None and spec.source == "hub" else None
+
+
+def preset_resources(stage: str, device: str, checkpoints: Checkpoints) -> dict[str, Any]:
+    """resources: callables sized from the job's model preset (a hub checkpoint: from its parameter
+    count); mem_mb and runtime grow with the attempt (`--retries`, profiles/slurm), so a job killed
+    for memory or time comes back larger."""
+    sized_for = "cuda" if gpu_count(device) else "cpu"
+
+    def get(wildcards: Any, key: str, attempt: int) -> int:
+        preset, params = job_preset(wildcards, checkpoints), job_params(wildcards, checkpoints)
+        return job_resources(preset, stage, sized_for, params)[key] * attempt
+
+    return {
+        "mem_mb": lambda wc, attempt: get(wc, "mem_mb", attempt),
+        "runtime": lambda wc, attempt: get(wc, "runtime", attempt),
+        "gpu": gpu_count(device),  # one device per job whatever the model (presets.job_resources)
+    }
+
+
+def fixed_resources(mem_mb: int, runtime: int) -> dict[str, Callable]:
+    """resources of a preset-independent job: mem_mb and runtime (minutes) times the attempt."""
+    return {"mem_mb": lambda wc, attempt: mem_mb * attempt, "runtime": lambda wc, attempt: runtime * attempt}
+
+
+def max_gpus(preset: str, device: str, params: int | None = None) -> int:
+    """GPUs one job on `preset` (a hub checkpoint: of `params` parameters) can use, by the rule
+    that sizes its resources (presets.job_resources): every stage runs its model on a single
+    device (no model or data parallelism), so 1, and 0 with `device: cpu`."""
+    sized_for = "cpu" if device == "cpu" else "cuda"
+    return max(job_resources(preset, stage, sized_for, params)["gpu"] for stage in STAGES)
+
+
+def requested_gpus(resources: dict) -> int:
+    """GPU count a job asks the scheduler for: `gpu` (2 or 'a100:2') or `gres` ('gpu:2', 'gpu:a100:2')."""
+    counts = []
+    for key in ("gpu", "gres"):
+        value = resources.get(key)
+        if value in (None, "", 0):
+            continue
+        text = str(value)
+        if key == "gres" and not text.startswith("gpu"):
+            continue
+        last = text.rsplit(":", 1)[-1]
+        counts.append(int(last) if last.isdigit() else 1)
+    return max(counts, default=0)
+
+
+def check_cluster_jobs(jobs: Iterable, executor: str | None, device: str, checkpoints: Checkpoints) -> None:
+    """Errors for a cluster run that cannot work: a profile placeholder left in a resource
+    (profiles/slurm/config.yaml ships `<ACCOUNT>` / `<PARTITION>`), or a job asking for more
+    GPUs than its model preset can use. Only under the slurm executor; the message names the key."""
+    if executor != "slurm":
+        return
+    for job in jobs:
+        resources, name = job.resources, job.rule.name
+        for key in CLUSTER_KEYS:
+            value = resources.get(key)
+            if isinstance(value, str) and value.startswith("<") and value.endswith(">"):
+                hint = (
+                    " (or delete that line on a cluster without accounts)" if key == "slurm_account" else ""
+                )
+                raise WorkflowError(
+                    f"cluster profile: {key}={value!r} (job {name}) is still the placeholder of "
+                    f"profiles/slurm/config.yaml; set {key} under default-resources in the profile{hint}"
+                )
+        keys = job.wildcards.keys()
+        on_model = "model" in keys or "checkpoint" in keys
+        preset = job_preset(job.wildcards, checkpoints) if on_model else None
+        allowed = max_gpus(preset, device, job_params(job.wildcards, checkpoints)) if preset else 0
+        asked = requested_gpus(resources)
+        if asked > allowed:
+            what = f"a job of model preset {preset!r}" if preset else "this step (it runs no model)"
+            raise WorkflowError(
+                f"cluster profile: {name} asks for {asked} GPUs (resource gpu/gres), but {what} can use at "
+                f"most {allowed} (one device per job, none with device cpu); lower gpu for {name} under "
+                "set-resources"
+            )
+
+
+def check_hub_jobs(jobs: Iterable, checkpoints: Checkpoints) -> None:
+    """Every hub revision a job to run loads exists (offline: is in the cache); the error names the
+    model id, the revision and what to do. Not under --dry-run (onstart does not run there)."""
+    names = {getattr(job.wildcards, "checkpoint", None) for job in jobs} - {None}
+    specs = [checkpoints[n] for n in sorted(names) if n in checkpoints and checkpoints[n].source == "hub"]
+    try:
+        check_hub_checkpoints(specs)
+    except HubRevisionError as err:
+        raise WorkflowError(f"checkpoints.hub: {err}") from None

@@ -1,0 +1,305 @@
+"""The study config at start-up: schema validation with short messages, the defaults the schema
+declares, the checks a schema cannot express, and the settings the rules read from it.
+
+Every error names the key path, what was given and what was expected, in a line or two (a
+failing `oneOf` is described by the branch the value meant, not by the whole schema).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+from snakemake.exceptions import WorkflowError
+
+from pipeline.data.tasks import TASK_NAMES, TaskError, task_files
+from pipeline.evaluate.benchmarks import BenchmarkError, benchmark_config, validate_benchmark_tasks
+from pipeline.models.checkpoints import CheckpointSpec, study_checkpoints
+from pipeline.models.presets import finetune_lr_grid, format_hparam, steps_for_budget
+from pipeline.train.config import FinetuneConfig, PretrainConfig, hyperparameters
+
+MAX_ERRORS = 10  # schema errors reported at once
+TYPE_NAMES = {
+    "array": "a list",
+    "object": "a mapping",
+    "number": "a number",
+    "integer": "an integer",
+    "string": "a string",
+    "boolean": "true or false",
+    "null": "null",
+}
+PLURALS = {"number": "numbers", "integer": "integers", "string": "strings", "object": "mappings"}
+
+
+class ConfigError(WorkflowError):
+    """An invalid study config; the message says which key, what was given, what was expected."""
+
+
+# --- schema validation ---------------------------------------------------------------------------
+
+
+def load_schema(path: str | Path) -> dict:
+    return yaml.safe_load(Path(path).read_text())
+
+
+def validate_config(config: dict, schema: dict) -> None:
+    """Check `config` against the schema, then add the defaults it declares (in place). Raises
+    ConfigError with one or two lines per error."""
+    validator = jsonschema.Draft202012Validator(schema)
+    problems = schema_errors(validator, config)
+    if not problems:
+        fill_defaults(validator, config, schema)
+        problems = schema_errors(validator, config)  # a default the schema injects must validate too
+    if problems:
+        more = f"\n  ... and {len(problems) - MAX_ERRORS} more" if len(problems) > MAX_ERRORS else ""
+        raise ConfigError("invalid config:\n" + "\n".join(problems[:MAX_ERRORS]) + more)
+
+
+def schema_errors(validator: jsonschema.protocols.Validator, config: dict) -> list[str]:
+    """One readable line (or two) per schema error, in key order."""
+    errors = [leaf for e in validator.iter_errors(config) for leaf in _leaves(e)]
+    errors.sort(key=lambda e: [str(p) for p in e.absolute_path])
+    return [f"  {_key(e.absolute_path)}: {_describe(e)}" for e in errors]
+
+
+def _leaves(error: jsonschema.ValidationError) -> list[jsonschema.ValidationError]:
+    """A failed oneOf / anyOf as the errors of the branch the value was meant for (at most two),
+    when there is one; any other error as itself."""
+    meant = _meant_branch(error) if error.validator in ("oneOf", "anyOf") else None
+    if meant is None:
+        return [error]
+    meant.sort(key=lambda e: [str(p) for p in e.relative_path])
+    return [leaf for e in meant[:2] for leaf in _leaves(e)]
+
+
+def _key(path: Iterable) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    """What was given and what was expected, for one error."""
+    kind, schema, value = error.validator, error.schema, error.instance
+    if kind == "additionalProperties" and isinstance(value, dict):
+        known = sorted(schema.get("properties", {}))
+        keys = ", ".join(repr(k) for k in sorted(set(value) - set(known)))
+        return f"unknown key {keys}" + (f"; expected one of {', '.join(known)}" if known else "")
+    if kind == "required":
+        return error.message.replace("is a required property", "is required (missing)")
+    if kind in ("oneOf", "anyOf"):
+        options = " | ".join(_expectation(b) for b in schema[kind])
+        return f"got {_short(value)}; expected {options}"
+    return f"got {_short(value)}; expected {_expectation({kind: error.validator_value}, schema)}"
+
+
+def _meant_branch(error: jsonschema.ValidationError) -> list | None:
+    """The errors of the one branch of a oneOf/anyOf the value was meant for: the only branch
+    whose type and `const` discriminators (e.g. a spectrum's `kind`) the value matches."""
+    by_branch: dict[int, list] = {}
+    for sub in error.context:
+        by_branch.setdefault(sub.relative_schema_path[0], []).append(sub)
+    meant = [
+        errs
+        for errs in by_branch.values()
+        if not any(e.validator == "const" or (e.validator == "type" and not e.relative_path) for e in errs)
+    ]
+    return meant[0] if len(meant) == 1 else None
+
+
+def _bounds(schema: dict) -> str:
+    """' >= 0 and < 1' for a schema's numeric bounds ('' without)."""
+    ops = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
+    bounds = [f"{op} {schema[k]}" for k, op in ops if k in schema]
+    return " " + " and ".join(bounds) if bounds else ""
+
+
+def _expectation(rule: dict, schema: dict | None = None) -> str:
+    """A short phrase for what a (sub)schema accepts; `rule` is the failed keyword (or a whole
+    schema), `schema` the schema it belongs to."""
+    schema = schema or rule
+    if "$ref" in rule:
+        return "a valid entry (see config/schema.yaml)"
+    if "enum" in rule:
+        return "one of " + ", ".join("null" if v is None else str(v) for v in rule["enum"])
+    if "const" in rule:
+        return repr(rule["const"])
+    if "type" in rule:
+        types = rule["type"] if isinstance(rule["type"], list) else [rule["type"]]
+        text = " or ".join(TYPE_NAMES.get(t, t) for t in types)
+        items, props = schema.get("items"), schema.get("properties", {})
+        if "array" in types and isinstance(items, dict) and isinstance(items.get("type"), str):
+            text += f" of {PLURALS.get(items['type'], items['type'])}{_bounds(items)}"
+        discriminators = [f"{k}: {v['const']}" for k, v in props.items() if "const" in v]
+        if "object" in types and discriminators:
+            text += " with " + ", ".join(discriminators)
+        return text + _bounds(schema)
+    if _bounds(schema):
+        return "a value" + _bounds(schema)
+    if "minItems" in rule:
+        return f"at least {rule['minItems']} items"
+    if "maxItems" in rule:
+        return f"at most {rule['maxItems']} items"
+    if "uniqueItems" in rule:
+        return "no repeated items"
+    if "minProperties" in rule:
+        return f"at least {rule['minProperties']} entries"
+    if "pattern" in rule:
+        return f"a string matching {rule['pattern']}"
+    if "propertyNames" in rule:
+        return f"keys that are {_expectation(rule['propertyNames'])}"
+    return f"a value satisfying {next(iter(rule))}: {_short(next(iter(rule.values())))}"
+
+
+def fill_defaults(validator: jsonschema.protocols.Validator, instance: Any, schema: dict) -> None:
+    """Add the `default:` of every absent property, following only the branches of oneOf / anyOf /
+    if-then-else that `instance` validates against (a default declared in one branch of a oneOf
+    never lands in a value another branch describes)."""
+    if "$ref" in schema:
+        schema = _resolve(validator, schema)
+    if isinstance(instance, dict):
+        props = schema.get("properties", {})
+        for key, sub in props.items():
+            if key not in instance and "default" in sub:
+                instance[key] = copy.deepcopy(sub["default"])
+            if key in instance:
+                fill_defaults(validator, instance[key], sub)
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key in set(instance) - set(props):
+                fill_defaults(validator, instance[key], extra)
+    if isinstance(instance, list) and isinstance(schema.get("items"), dict):
+        for item in instance:
+            fill_defaults(validator, item, schema["items"])
+    for branch in schema.get("allOf", []):
+        fill_defaults(validator, instance, branch)
+    for key in ("oneOf", "anyOf"):
+        valid = [b for b in schema.get(key, []) if validator.evolve(schema=b).is_valid(instance)]
+        if valid:
+            fill_defaults(validator, instance, valid[0])
+    if "if" in schema:
+        then = "then" if validator.evolve(schema=schema["if"]).is_valid(instance) else "else"
+        fill_defaults(validator, instance, schema.get(then, {}))
+
+
+def _resolve(validator: jsonschema.protocols.Validator, schema: dict) -> dict:
+    """The subschema a local `$ref` (#/a/b) points to."""
+    node = validator.schema
+    for part in schema["$ref"].removeprefix("#/").split("/"):
+        node = node[part]
+    return node
+
+
+# --- checks the schema cannot express -------------------------------------------------------------
+
+
+def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, CheckpointSpec]:
+    """Semantic checks of a schema-valid config; fail before any job starts. Returns the study's
+    checkpoints by name. check_benchmark_tasks: resolve eval.benchmarks task names (the main
+    process only: source builtin builds lm-eval's task index, ~10 s, which every cluster job's
+    re-parse of the workflow would pay again)."""
+    pt = config["pretrain"]
+    try:
+        for budget in pt["budgets"]:
+            steps_for_budget(budget, pt["batch_size"], pt["seq_len"])
+        specs = study_checkpoints(config)
+        PretrainConfig(**hyperparameters(PretrainConfig, pt))
+        if finetune_enabled(config):
+            FinetuneConfig(**hyperparameters(FinetuneConfig, finetune_section(config)))
+    except (ValueError, KeyError) as err:
+        raise ConfigError(f"invalid config: {err}") from None
+    for spec in specs:
+        if spec.source == "local" and not Path(spec.path, "config.json").is_file():
+            raise ConfigError(
+                f"invalid config: checkpoints.local entry {spec.name!r}: {spec.path} is not a model "
+                "directory (expected config.json there)"
+            )
+    if config["tokenizer"]["kind"] == "file" and not config["tokenizer"].get("path"):
+        raise ConfigError("invalid config: tokenizer.path is required when tokenizer.kind is 'file'")
+    check_grid("finetune.learning_rates", finetune_lrs(config))
+    check_grid("finetune.lambdas", finetune_section(config).get("lambdas", [0.0]))
+    check_tasks(config)
+    if check_benchmark_tasks:
+        bench = bench_config(config)
+        try:
+            validate_benchmark_tasks(bench["tasks"], bench["source"])
+        except BenchmarkError as err:
+            raise ConfigError(f"invalid config: eval.benchmarks: {err}") from None
+    return {s.name: s for s in specs}
+
+
+def check_tasks(config: dict) -> None:
+    """The data settings of every task a job reads (fine-tuning, tokenizer.extra_texts), e.g. a
+    chat task without source hub, fail here rather than in a job."""
+    names = list(finetune_section(config).get("tasks") or []) if finetune_enabled(config) else []
+    extra = config["tokenizer"].get("extra_texts") or []
+    names += [n for n in extra if n in TASK_NAMES and n not in names]
+    for name in names:
+        try:
+            task_files(name, task_settings(config, name))
+        except TaskError as err:
+            raise ConfigError(f"invalid config: {err}") from None
+
+
+def check_grid(key: str, values: Iterable[float]) -> None:
+    """Grid values name output files: two values with the same file name are an error."""
+    names = [format_hparam(v) for v in values]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise ConfigError(
+            f"invalid config: {key} has values that differ only beyond 6 significant digits: {clash}"
+        )
+
+
+# --- settings the rules read ----------------------------------------------------------------------
+
+
+def device(config: dict) -> str:
+    return config.get("device", "auto")
+
+
+def finetune_section(config: dict) -> dict:
+    return config.get("finetune") or {}
+
+
+def finetune_enabled(config: dict) -> bool:
+    ft = finetune_section(config)
+    return bool(ft.get("enabled", True)) and bool(ft.get("tasks"))
+
+
+def finetune_lrs(config: dict) -> tuple[float, ...]:
+    """The learning-rate grid: a list, or a named grid ("paper": Table 4, "instruct": Table 2)."""
+    return finetune_lr_grid(finetune_section(config).get("learning_rates", []))
+
+
+def task_settings(config: dict, task: str) -> dict:
+    """Data settings of one fine-tuning task (`finetune.task_data.<task>`; none: {})."""
+    return (finetune_section(config).get("task_data") or {}).get(task) or {}
+
+
+def eval_config(config: dict) -> dict:
+    """`eval` without the benchmark suite's settings: perplexity jobs do not rerun when those change."""
+    return {k: v for k, v in config["eval"].items() if k != "benchmarks"}
+
+
+def bench_config(config: dict) -> dict:
+    """`eval.benchmarks` with its defaults (pipeline.evaluate.benchmarks); no tasks: no benchmark jobs."""
+    return benchmark_config(config["eval"].get("benchmarks"))
+
+
+def benchmarks_enabled(config: dict) -> bool:
+    return bool(bench_config(config)["tasks"])
+
+
+def theory_enabled(config: dict) -> bool:
+    return bool((config.get("theory") or {}).get("enabled", False))

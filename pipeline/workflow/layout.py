@@ -1,0 +1,33 @@
+"""The results layout: where each output of a study lives, written once.
+
+Patterns are relative to `results/<study>/`, with Snakemake wildcards in braces; the rules use
+them as outputs and the workflow layer (targets, checkpoint sources) formats them into the
+concrete paths it asks for, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+RESULTS = "results"
+
+PRETRAIN_RUN = "pretrain/{model}/{budget}"  # a save_pretrained dir (+ init_std.json, loss curve)
+PERTURB_PART = "perturb/{checkpoint}.parquet"
+LM_EVAL_PART = "lm_eval/{checkpoint}.parquet"
+TASK_TABLE = "data/tasks/{task}.parquet"
+TASK_BASE_PART = "finetune/{checkpoint}/{task}/base.parquet"
+FINETUNE_PART = "finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.parquet"
+THEORY_METRICS = "theory/metrics.parquet"
+METRICS = "metrics.parquet"
+INFLECTION = "analysis/inflection.parquet"
+FINETUNE_TUNED = "analysis/finetune_tuned.parquet"
+FIGURE = "figures/{name}.{ext}"
+
+
+def study_dir(study: str) -> str:
+    """results/<study>: everything a study writes."""
+    return f"{RESULTS}/{study}"
+
+
+def study_path(study: str, rel: str, **fields: object) -> str:
+    """A path under results/<study>/; `fields` fill the pattern's wildcards (none: the pattern)."""
+    path = f"{study_dir(study)}/{rel}"
+    return path.format(**fields) if fields else path

@@ -1,0 +1,64 @@
+"""What each rule passes to its jobs through `params:`. Snakemake reruns a job when its params
+change, so each holds exactly the settings that can change the job's numbers: a config change
+reruns the jobs it touches and no other.
+
+Hyperparameters come from the run-config dataclasses (pipeline/train/config.py): their fields,
+not a hand-kept key list, so a new field reaches the job without an edit here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+from pipeline.models.checkpoints import CheckpointSpec
+from pipeline.train.config import FinetuneConfig, PretrainConfig, changes_numbers, hyperparameters
+from pipeline.workflow.config import bench_config, benchmarks_enabled, eval_config, finetune_section
+
+# config keys that cannot change a number in any section: the run configs' cadence, and threads
+UNNUMBERED = {
+    f.name
+    for cls in (PretrainConfig, FinetuneConfig)
+    for f in fields(cls)
+    if not changes_numbers(cls, f.name)
+} | {"threads"}
+
+
+def pretrain_params(config: dict) -> dict:
+    """Every pre-training hyperparameter that changes the numbers (a change reruns the sweep)."""
+    return hyperparameters(PretrainConfig, config["pretrain"])
+
+
+def finetune_params(config: dict) -> dict:
+    """Every fine-tuning hyperparameter except the grid ones (those are wildcards)."""
+    return hyperparameters(FinetuneConfig, finetune_section(config))
+
+
+def task_base_params(config: dict) -> dict:
+    """The fine-tuning settings the base model's in-domain evaluation reads (BASE_EVAL fields)."""
+    return hyperparameters(FinetuneConfig, finetune_section(config), base_eval_only=True)
+
+
+def finetune_bench(config: dict) -> dict | None:
+    """The benchmark settings a fine-tuning job scores its model with (None: no benchmarks, and
+    then changing them reruns no fine-tuning job)."""
+    return bench_config(config) if benchmarks_enabled(config) else None
+
+
+def checkpoint_params(spec: CheckpointSpec) -> dict:
+    """The CheckpointSpec a job rebuilds (a params change reruns it): hub cache_dir / offline only
+    when set, so sweep and local jobs keep their params; the parameter count (resources only) is
+    left out."""
+    keys = ("name", "source", "model", "tokens", "path", "model_id", "revision")
+    out = {k: getattr(spec, k) for k in keys}
+    return out | {k: getattr(spec, k) for k in ("cache_dir", "offline") if getattr(spec, k) is not None}
+
+
+def provenance_config(config: dict) -> dict:
+    """The config without keys that cannot change a number (cadence, threads, analysis)."""
+    cfg = {k: v for k, v in config.items() if k != "analysis"}
+    if not benchmarks_enabled(config):  # benchmark settings without benchmark tasks change no number
+        cfg["eval"] = eval_config(config)
+    return {
+        k: ({kk: vv for kk, vv in v.items() if kk not in UNNUMBERED} if isinstance(v, dict) else v)
+        for k, v in cfg.items()
+    }
