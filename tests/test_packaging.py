@@ -21,22 +21,12 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> subpro
 def test_non_editable_install_dry_runs_the_workflow(tmp_path):
     """A wheel built from the checkout, installed into a fresh venv (its dependencies seen through
     a .pth file, no editable finder), runs a dry run of a copy of the workflow without pipeline/."""
+    source = tmp_path / "source"  # a copy: setuptools builds in-tree (build/, *.egg-info)
+    shutil.copytree(ROOT / "pipeline", source / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copyfile(ROOT / "pyproject.toml", source / "pyproject.toml")
     wheels = tmp_path / "wheels"
-    build = _run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(wheels),
-            str(ROOT),
-        ],
-        cwd=tmp_path,
-    )
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation"]
+    build = _run([*pip_wheel, "-w", str(wheels), str(source)], cwd=tmp_path)
     assert build.returncode == 0, build.stderr
     venv = tmp_path / "venv"
     assert _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path).returncode == 0

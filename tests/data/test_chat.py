@@ -15,27 +15,34 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from workflow_utils import ROOT, planned_jobs, smoke_config, snakemake, write_config
 
-from pipeline.data import tasks as T
 from pipeline.analysis.stats import tuned_table
-from pipeline.models.checkpoints import CheckpointSpec
+from pipeline.data import tasks as T
+from pipeline.data.chat import (
+    DEFAULT_CHAT_TEMPLATE,
+    ChatSampler,
+    assistant_runs,
+    default_chat_spans,
+    encode_chats,
+)
 from pipeline.data.corpus import build_corpus
-from pipeline.evaluate.tasks import eval_chat
-from pipeline.train.finetune import TASK_METRICS, FinetuneConfig, finetune_run, task_base_rows
 from pipeline.data.encode import read_task, task_frame
-from pipeline.data.chat import DEFAULT_CHAT_TEMPLATE, ChatSampler, assistant_runs, default_chat_spans, encode_chats
-from pipeline.io import write_parquet
-from pipeline.models.build import build_model, model_config
-from pipeline.models.presets import INSTRUCT_FINETUNE, INSTRUCT_FINETUNE_LRS, finetune_lr_grid
-from pipeline.tables import metrics_frame
 from pipeline.data.tasks import ChatItem, Message, TaskError, item_text, load_task
 from pipeline.data.tokenizer import as_hf_tokenizer
+from pipeline.evaluate.tasks import eval_chat
+from pipeline.io import write_parquet
+from pipeline.models.build import build_model, model_config
+from pipeline.models.checkpoints import CheckpointSpec
+from pipeline.models.presets import INSTRUCT_FINETUNE, INSTRUCT_FINETUNE_LRS, finetune_lr_grid
+from pipeline.tables import metrics_frame
+from pipeline.train.finetune import TASK_METRICS, FinetuneConfig, finetune_run, task_base_rows
 from pipeline.train.loop import IGNORE_INDEX, TrainConfig, make_optimizer, make_schedule
-from workflow_utils import ROOT, planned_jobs, smoke_config, snakemake, write_config
 
 CREW = ["Ishmael", "Ahab", "Queequeg", "Starbuck", "Stubb", "Flask", "Pip", "Tashtego", "Daggoo"]
 CHATML = (
-    "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
+    "{% for m in messages %}"
+    "{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
@@ -52,13 +59,22 @@ def hh_transcript(i: int, salt: str = "") -> str:
 
 
 def hh_rows(n: int, salt: str) -> list[dict]:
-    return [{"chosen": hh_transcript(i, salt), "rejected": hh_transcript(i, salt).rsplit("Assistant:", 1)[0] + "Assistant: I do not know."} for i in range(n)]
+    return [
+        {
+            "chosen": hh_transcript(i, salt),
+            "rejected": hh_transcript(i, salt).rsplit("Assistant:", 1)[0] + "Assistant: I do not know.",
+        }
+        for i in range(n)
+    ]
 
 
 def tulu_rows(n: int) -> list[dict]:
     rows = []
     for i in range(n):
-        msgs = [{"role": "user", "content": f"Name the mate of ship {i}."}, {"role": "assistant", "content": f"The mate of ship {i} is {CREW[i % 9]}."}]
+        msgs = [
+            {"role": "user", "content": f"Name the mate of ship {i}."},
+            {"role": "assistant", "content": f"The mate of ship {i} is {CREW[i % 9]}."},
+        ]
         if i % 3 == 0:
             msgs = [{"role": "system", "content": "You are a sailor."}] + msgs
         rows.append({"dataset": "oasst1", "id": f"oasst1_{i}", "messages": msgs})
@@ -69,7 +85,14 @@ def alpaca_rows(n: int) -> list[dict]:
     rows = []
     for i in range(n):
         extra = f"The ship is number {i}." if i % 2 else ""
-        rows.append({"instruction": f"Tell who keeps watch {i}.", "input": extra, "output": f"{CREW[i % 9]} keeps the watch.", "text": "..."})
+        rows.append(
+            {
+                "instruction": f"Tell who keeps watch {i}.",
+                "input": extra,
+                "output": f"{CREW[i % 9]} keeps the watch.",
+                "text": "...",
+            }
+        )
     return rows
 
 
@@ -81,8 +104,6 @@ def write_jsonl(path: Path, rows: list[dict], compress: bool = False) -> Path:
     else:
         path.write_text(data)
     return path
-
-
 
 
 @pytest.fixture()
@@ -107,39 +128,72 @@ def hub(path: Path, **kw) -> dict:
 
 def test_chat_tasks_from_local_hub_copies(hub_dirs, tmp_path):
     hh = load_task("hh", hub(hub_dirs["hh"]))
-    assert hh.kind == "chat" and len(hh.splits["train"]) == 80 and len(hh.splits["validation"]) + len(hh.splits["test"]) == 30
+    assert (
+        hh.kind == "chat"
+        and len(hh.splits["train"]) == 80
+        and len(hh.splits["validation"]) + len(hh.splits["test"]) == 30
+    )
     conv = next(c for c in hh.splits["train"] if "voyage h2?" in c.messages[0].content)
     assert conv.messages == (
-        Message("user", "Who sailed with Queequeg on voyage h2?"), Message("assistant", "Tashtego sailed with Queequeg."),
-        Message("user", "And then?"), Message("assistant", "Then Queequeg saw the whale."),
+        Message("user", "Who sailed with Queequeg on voyage h2?"),
+        Message("assistant", "Tashtego sailed with Queequeg."),
+        Message("user", "And then?"),
+        Message("assistant", "Then Queequeg saw the whale."),
     )
     tulu = load_task("tulu", hub(hub_dirs["tulu"], hub_splits=dict.fromkeys(T.SPLITS, "train")))
     n = {s: len(v) for s, v in tulu.splits.items()}
-    assert sum(n.values()) == 60 and n["train"] > n["validation"] > 0 and n["test"] > 0        # one pool, divided by hash
+    assert (
+        sum(n.values()) == 60 and n["train"] > n["validation"] > 0 and n["test"] > 0
+    )  # one pool, divided by hash
     assert any(c.messages[0] == Message("system", "You are a sailor.") for c in tulu.splits["train"])
-    capped = load_task("tulu", hub(hub_dirs["tulu"], hub_splits=dict.fromkeys(T.SPLITS, "train"), max_items={"train": 10}))
-    assert capped.splits["train"] == tulu.splits["train"][:10] and capped.splits["test"] == tulu.splits["test"]  # a random subset, deterministic
-    assert T._config("tulu", {"source": "hub"})["max_items"]["train"] == 200000    # the paper's 200k subset by default
+    capped = load_task(
+        "tulu", hub(hub_dirs["tulu"], hub_splits=dict.fromkeys(T.SPLITS, "train"), max_items={"train": 10})
+    )
+    assert (
+        capped.splits["train"] == tulu.splits["train"][:10] and capped.splits["test"] == tulu.splits["test"]
+    )  # a random subset, deterministic
+    assert (
+        T._config("tulu", {"source": "hub"})["max_items"]["train"] == 200000
+    )  # the paper's 200k subset by default
     assert T._config("tulu", {"source": "hub", "max_items": {"train": None}})["max_items"]["train"] is None
     alpaca = load_task("alpaca", hub(hub_dirs["alpaca"]))
     convs = {c.messages[0].content: c for s in alpaca.splits.values() for c in s}
-    assert convs["Tell who keeps watch 3.\n\nThe ship is number 3."].messages[1] == Message("assistant", "Starbuck keeps the watch.")
+    assert convs["Tell who keeps watch 3.\n\nThe ship is number 3."].messages[1] == Message(
+        "assistant", "Starbuck keeps the watch."
+    )
     assert convs["Tell who keeps watch 2."].messages[1].content == "Queequeg keeps the watch."
     assert T.task_files("hh", hub(hub_dirs["hh"])) == []
     # the task table round trip, and the text the tokenizer may be trained on (tokenizer.extra_texts)
     write_parquet(tmp_path / "hh.parquet", task_frame(hh))
     assert read_task("hh", tmp_path / "hh.parquet").splits == hh.splits
-    assert item_text(conv) == "<|user|>\nWho sailed with Queequeg on voyage h2?\n<|assistant|>\nTashtego sailed with Queequeg.\n<|user|>\nAnd then?\n<|assistant|>\nThen Queequeg saw the whale.\n"
+    assert (
+        item_text(conv)
+        == "<|user|>\nWho sailed with Queequeg on voyage h2?\n<|assistant|>\nTashtego sailed with Queequeg.\n"
+        "<|user|>\nAnd then?\n<|assistant|>\nThen Queequeg saw the whale.\n"
+    )
     assert T.task_stats(hh)["train"]["assistant_turns"] == 160
 
 
 # --- chat templates and assistant masks ---------------------------------------------------------
 
 CONVS = [
-    ChatItem((Message("system", "You are a sailor."), Message("user", "Who is the captain?"), Message("assistant", "Ahab is the captain."),
-              Message("user", "And the mate?"), Message("assistant", "Starbuck, first mate of the Pequod."))),
+    ChatItem(
+        (
+            Message("system", "You are a sailor."),
+            Message("user", "Who is the captain?"),
+            Message("assistant", "Ahab is the captain."),
+            Message("user", "And the mate?"),
+            Message("assistant", "Starbuck, first mate of the Pequod."),
+        )
+    ),
     ChatItem((Message("user", "Name a harpooneer."), Message("assistant", "Queequeg."))),
-    ChatItem((Message("user", "Call me"), Message("user", "what?"), Message("assistant", "Ishmael. Some years ago\nnever mind how long."))),
+    ChatItem(
+        (
+            Message("user", "Call me"),
+            Message("user", "what?"),
+            Message("assistant", "Ishmael. Some years ago\nnever mind how long."),
+        )
+    ),
 ]
 
 
@@ -147,21 +201,31 @@ def check_masks(tok, enc, convs, end_of_turn: str, prefix: list[int]):
     for ids, scored, conv in zip(enc.ids, enc.scored, convs):
         assert list(ids[: len(prefix)]) == prefix and not scored[0]
         want = [m.content + end_of_turn for m in conv.messages if m.role == "assistant"]
-        assert [tok.decode(r) for r in assistant_runs(ids, scored)] == want      # exactly the replies + end of turn
+        assert [
+            tok.decode(r) for r in assistant_runs(ids, scored)
+        ] == want  # exactly the replies + end of turn
         assert not any(m.content in tok.decode(ids[~scored]) for m in conv.messages if m.role == "assistant")
 
 
 def test_default_template_masks_exactly_the_assistant_turns(tokenizer):
-    assert not getattr(tokenizer, "chat_template", None)      # the sweep's BPE tokenizers have none
+    assert not getattr(tokenizer, "chat_template", None)  # the sweep's BPE tokenizers have none
     enc = encode_chats(tokenizer, CONVS, max_len=256)
     assert enc.template == "default" and enc.resegmented == 0 and enc.dropped == 0
     check_masks(tokenizer, enc, CONVS, tokenizer.eos_token, [tokenizer.bos_token_id])
-    for ids, conv in zip(enc.ids, CONVS):   # the whole rendered text, tokenized as one
+    for ids, conv in zip(enc.ids, CONVS):  # the whole rendered text, tokenized as one
         text, _ = default_chat_spans(conv, tokenizer.eos_token)
         assert list(ids[1:]) == tokenizer(text, add_special_tokens=False)["input_ids"]
-        # the fast path renders exactly what the Jinja template does (e.g. saved as a tokenizer's chat_template)
-        assert tokenizer.apply_chat_template(conv.as_dicts(), tokenize=False, chat_template=DEFAULT_CHAT_TEMPLATE) == text
-    assert tokenizer.decode(enc.ids[1]) == "<|endoftext|><|user|>\nName a harpooneer.\n<|assistant|>\nQueequeg.<|endoftext|>"
+        # the fast path renders exactly what the Jinja template does (e.g. saved as a chat_template)
+        assert (
+            tokenizer.apply_chat_template(
+                conv.as_dicts(), tokenize=False, chat_template=DEFAULT_CHAT_TEMPLATE
+            )
+            == text
+        )
+    assert (
+        tokenizer.decode(enc.ids[1])
+        == "<|endoftext|><|user|>\nName a harpooneer.\n<|assistant|>\nQueequeg.<|endoftext|>"
+    )
 
 
 @pytest.fixture()
@@ -176,22 +240,27 @@ def test_own_chat_template_masks_exactly_the_assistant_turns(chatml_tokenizer):
     tok = chatml_tokenizer
     enc = encode_chats(tok, CONVS, max_len=256)
     assert enc.template == "tokenizer" and enc.resegmented == 0
-    check_masks(tok, enc, CONVS, "<|im_end|>", [])   # the newline after <|im_end|> is not a target
+    check_masks(tok, enc, CONVS, "<|im_end|>", [])  # the newline after <|im_end|> is not a target
     assert list(enc.ids[1]) == tok.apply_chat_template(CONVS[1].as_dicts(), tokenize=True, return_dict=False)
     # transformers' own mask needs {% generation %} markers; ours agrees with it on a template that has them
     marked = CHATML.replace(
         "{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>' + '\n' }}",
-        "{% if m['role'] == 'assistant' %}{{ '<|im_start|>assistant\n' }}{% generation %}{{ m['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\n' }}"
+        "{% if m['role'] == 'assistant' %}{{ '<|im_start|>assistant\n' }}"
+        "{% generation %}{{ m['content'] + '<|im_end|>' }}{% endgeneration %}{{ '\n' }}"
         "{% else %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>' + '\n' }}{% endif %}",
     )
     for ids, scored, conv in zip(enc.ids, enc.scored, CONVS):
-        out = tok.apply_chat_template(conv.as_dicts(), chat_template=marked, return_dict=True, return_assistant_tokens_mask=True)
+        out = tok.apply_chat_template(
+            conv.as_dicts(), chat_template=marked, return_dict=True, return_assistant_tokens_mask=True
+        )
         assert out["input_ids"] == list(ids) and out["assistant_masks"] == scored.astype(int).tolist()
 
 
 def test_merges_across_a_span_boundary_are_tokenized_segment_by_segment(tokenizer_dir):
     tok = as_hf_tokenizer(tokenizer_dir / "tokenizer.json")
-    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"   # no separators: 'the whal' + 'e of ...'
+    tok.chat_template = (
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # no separators: 'the whal' + 'e of ...'
+    )
     conv = ChatItem((Message("user", "the whal"), Message("assistant", "e of the sea")))
     pre, whole = (tok(t, add_special_tokens=False)["input_ids"] for t in ("the whal", "the whale of the sea"))
     assert whole[: len(pre)] != pre, "the test needs a BPE merge across the boundary"
@@ -212,7 +281,9 @@ def test_truncation_keeps_the_alignment(tokenizer):
     last = tokenizer.decode(assistant_runs(cut.ids[0], cut.scored[0])[-1])
     assert ("Starbuck, first mate of the Pequod." + tokenizer.eos_token).startswith(last) and len(last) > 5
     # a conversation whose reply starts after the cut is skipped; none left is an error
-    first = [int(np.argmax(m)) for m in encode_chats(tokenizer, CONVS[:2], max_len=256).scored]   # first assistant token
+    first = [
+        int(np.argmax(m)) for m in encode_chats(tokenizer, CONVS[:2], max_len=256).scored
+    ]  # first assistant token
     assert first[1] < first[0]
     enc = encode_chats(tokenizer, CONVS[:2], max_len=first[1])
     assert len(enc) == 1 and enc.dropped == 1 and len(enc.ids[0]) == first[1] + 1 and enc.scored[0].sum() == 1
@@ -229,9 +300,11 @@ def test_chat_batches_score_only_assistant_tokens(tokenizer):
     x, y = batch["input_ids"], batch["labels"]
     assert x.shape == y.shape == (3, max(len(i) for i in enc.ids) - 1)
     got = sorted(tokenizer.decode(y[r][y[r] != IGNORE_INDEX]) for r in range(3))
-    want = sorted("".join(m.content + tokenizer.eos_token for m in c.messages if m.role == "assistant") for c in CONVS)
+    want = sorted(
+        "".join(m.content + tokenizer.eos_token for m in c.messages if m.role == "assistant") for c in CONVS
+    )
     assert got == want
-    for r in range(3):   # labels are the next input tokens wherever they are scored (the last one is the end)
+    for r in range(3):  # labels are the next input tokens wherever they are scored (the last one is the end)
         pos = (y[r] != IGNORE_INDEX).nonzero().flatten()[:-1]
         assert torch.equal(x[r, pos + 1], y[r, pos])
         assert (x[r, pos[-1] + 2 :] == tokenizer.pad_token_id).all()
@@ -250,41 +323,80 @@ def chat_study(tmp_path, tokenizer, moby_docs, hub_dirs):
     tokenizer.save_pretrained(ckpt)
     write_parquet(tmp_path / "corpus.parquet", build_corpus(moby_docs[:40], {"validation": 0.2, "test": 0.2}))
     write_parquet(tmp_path / "hh.parquet", task_frame(load_task("hh", hub(hub_dirs["hh"]))))
-    return {"dir": tmp_path, "spec": CheckpointSpec("tiny-chat", "local", "tiny", 1000, path=str(ckpt)), "ckpt": str(ckpt)}
+    return {
+        "dir": tmp_path,
+        "spec": CheckpointSpec("tiny-chat", "local", "tiny", 1000, path=str(ckpt)),
+        "ckpt": str(ckpt),
+    }
 
 
 EVAL = {"split": "validation", "max_tokens": 2000, "seq_len": None, "batch_size": 32}
-CFG = FinetuneConfig(epochs=2, batch_size=8, micro_batch_size=3, seq_len=64, warmup_steps=3, eval_batch_size=16, log_every=5)
+CFG = FinetuneConfig(
+    epochs=2, batch_size=8, micro_batch_size=3, seq_len=64, warmup_steps=3, eval_batch_size=16, log_every=5
+)
 
 
 def test_finetune_run_on_a_chat_task(chat_study):
     s = chat_study
     task_path = s["dir"] / "hh.parquet"
     base = metrics_frame(task_base_rows(s["spec"], s["ckpt"], task_path, "hh", CFG, "t"))
-    assert set(base["metric"]) == set(TASK_METRICS["chat"]) == {"ppl", "loss"} and set(base["split"]) == {"validation", "test"}
+    assert set(base["metric"]) == set(TASK_METRICS["chat"]) == {"ppl", "loss"} and set(base["split"]) == {
+        "validation",
+        "test",
+    }
     runs = {}
     for lr in (1e-4, 3e-3):
-        rows = finetune_run(s["spec"], s["ckpt"], task_path, "hh", s["dir"] / "corpus.parquet", EVAL, CFG, lr, 0.0, 0, "t", s["dir"] / f"state-{lr}")
+        rows = finetune_run(
+            s["spec"],
+            s["ckpt"],
+            task_path,
+            "hh",
+            s["dir"] / "corpus.parquet",
+            EVAL,
+            CFG,
+            lr,
+            0.0,
+            0,
+            "t",
+            s["dir"] / f"state-{lr}",
+        )
         runs[lr] = metrics_frame(rows)
     df = runs[3e-3]
     hh = df[df["eval_data"] == "hh"]
-    assert sorted(zip(hh["split"], hh["metric"])) == [("test", "loss"), ("test", "ppl"), ("validation", "loss"), ("validation", "ppl")]
+    assert sorted(zip(hh["split"], hh["metric"])) == [
+        ("test", "loss"),
+        ("test", "ppl"),
+        ("validation", "loss"),
+        ("validation", "ppl"),
+    ]
     assert set(df["eval_data"]) == {"pretrain", "hh", "weights"} and not df["diverged"].any()
 
     def val(frame, split, metric):
-        return float(frame[(frame["eval_data"] == "hh") & (frame["split"] == split) & (frame["metric"] == metric)]["value"].iloc[0])
+        return float(
+            frame[(frame["eval_data"] == "hh") & (frame["split"] == split) & (frame["metric"] == metric)][
+                "value"
+            ].iloc[0]
+        )
 
     for split in ("validation", "test"):
         assert val(df, split, "ppl") == pytest.approx(math.exp(val(df, split, "loss")))
-        assert val(df, split, "loss") < val(base, split, "loss") - 1.0, "fine-tuning must lower the assistant-token loss"
+        assert val(df, split, "loss") < val(base, split, "loss") - 1.0, (
+            "fine-tuning must lower the assistant-token loss"
+        )
     extra = json.loads(df["extra"].iloc[0])
-    assert extra["warmup_steps"] == 3 and extra["steps_per_epoch"] == 10 and extra["steps"] == 20     # 80 conversations / 8
+    assert (
+        extra["warmup_steps"] == 3 and extra["steps_per_epoch"] == 10 and extra["steps"] == 20
+    )  # 80 conversations / 8
     assert [h["step"] for h in extra["history"]] == [10, 20]
     # tuned learning rate per checkpoint on the ID validation ppl: chat tasks need no special case
     tuned = tuned_table(pd.concat([base, *runs.values()]))
     assert set(tuned["learning_rate"]) == {3e-3} and set(tuned["task"]) == {"hh"}
-    row = tuned[(tuned["eval_data"] == "hh") & (tuned["split"] == "test") & (tuned["metric"] == "ppl")].iloc[0]
-    assert row["mean"] == pytest.approx(val(df, "test", "ppl")) and row["base"] == pytest.approx(val(base, "test", "ppl"))
+    row = tuned[(tuned["eval_data"] == "hh") & (tuned["split"] == "test") & (tuned["metric"] == "ppl")].iloc[
+        0
+    ]
+    assert row["mean"] == pytest.approx(val(df, "test", "ppl")) and row["base"] == pytest.approx(
+        val(base, "test", "ppl")
+    )
 
 
 def test_eval_chat_is_the_mean_nll_of_the_assistant_tokens(tiny_model, tokenizer):
@@ -298,7 +410,9 @@ def test_eval_chat_is_the_mean_nll_of_the_assistant_tokens(tiny_model, tokenizer
             nll -= float(lp[torch.from_numpy(scored[1:])].sum())
             n += int(scored.sum())
     assert res["tokens"] == n and res["items"] == 3
-    assert res["loss"] == pytest.approx(nll / n, rel=1e-5) and res["ppl"] == pytest.approx(math.exp(nll / n), rel=1e-5)
+    assert res["loss"] == pytest.approx(nll / n, rel=1e-5) and res["ppl"] == pytest.approx(
+        math.exp(nll / n), rel=1e-5
+    )
 
 
 # --- Table 2 preset -----------------------------------------------------------------------------
@@ -311,22 +425,46 @@ def test_table2_preset_and_config_overlay():
     with pytest.raises(ValueError, match="unknown grid 'tulu'"):
         finetune_lr_grid("tulu")
     assert {k: INSTRUCT_FINETUNE[k] for k in ("batch_size", "schedule", "warmup_steps", "weight_decay")} == {
-        "batch_size": 256, "schedule": "cosine", "warmup_steps": 20, "weight_decay": 0.0}
+        "batch_size": 256,
+        "schedule": "cosine",
+        "warmup_steps": 20,
+        "weight_decay": 0.0,
+    }
     overlay = yaml.safe_load((ROOT / "config" / "instruct.yaml").read_text())["finetune"]
     assert {k: overlay[k] for k in INSTRUCT_FINETUNE} == INSTRUCT_FINETUNE
-    assert set(overlay["tasks"]) == {"hh", "tulu", "alpaca"} and overlay["task_data"]["tulu"]["max_items"]["train"] == 200000
+    assert (
+        set(overlay["tasks"]) == {"hh", "tulu", "alpaca"}
+        and overlay["task_data"]["tulu"]["max_items"]["train"] == 200000
+    )
     # merged into the default config it is a valid config (what `--configfile config/instruct.yaml` runs)
     from snakemake.utils import update_config, validate
 
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     update_config(cfg, {"finetune": overlay})
     validate(cfg, str(ROOT / "config" / "schema.yaml"))
-    keys = {"epochs", "max_steps", "batch_size", "micro_batch_size", "seq_len", "schedule", "warmup_fraction", "warmup_steps", "betas", "weight_decay", "grad_clip", "eval_batch_size", "eval_max_tokens"}
+    keys = {
+        "epochs",
+        "max_steps",
+        "batch_size",
+        "micro_batch_size",
+        "seq_len",
+        "schedule",
+        "warmup_fraction",
+        "warmup_steps",
+        "betas",
+        "weight_decay",
+        "grad_clip",
+        "eval_batch_size",
+        "eval_max_tokens",
+    }
     ft = FinetuneConfig(**{k: v for k, v in cfg["finetune"].items() if k in keys})
     assert ft.micro_batch_size * 16 == ft.batch_size == 256
     # 20 warmup steps exactly, whatever the run's length; the schedule then decays to zero (cosine)
     for total in (25, 100, 1234):
-        sched = make_schedule(make_optimizer(torch.nn.Linear(2, 2), TrainConfig(steps=total, lr=1.0)), TrainConfig(steps=total, lr=1.0, warmup_fraction=ft.warmup_fraction_of(total)))
+        sched = make_schedule(
+            make_optimizer(torch.nn.Linear(2, 2), TrainConfig(steps=total, lr=1.0)),
+            TrainConfig(steps=total, lr=1.0, warmup_fraction=ft.warmup_fraction_of(total)),
+        )
         lrs = []
         for _ in range(total):
             lrs.append(sched.get_last_lr()[0])
@@ -341,10 +479,21 @@ def test_table2_preset_and_config_overlay():
 def test_workflow_plans_a_chat_task(tmp_path, hub_dirs):
     """A chat task read from a local hub copy, with Table 2's grid: one job per (checkpoint, LR)
     and one task table, whose rule has no package-file inputs."""
-    cfg = smoke_config(study="test-instruct-plan", **{"finetune.tasks": ["hh"], "finetune.task_data": {"hh": hub(hub_dirs["hh"])},
-                                                       "finetune.learning_rates": "instruct", "finetune.warmup_steps": 20})
+    cfg = smoke_config(
+        study="test-instruct-plan",
+        **{
+            "finetune.tasks": ["hh"],
+            "finetune.task_data": {"hh": hub(hub_dirs["hh"])},
+            "finetune.learning_rates": "instruct",
+            "finetune.warmup_steps": 20,
+        },
+    )
     jobs = planned_jobs(write_config(tmp_path, cfg))
-    assert jobs["finetune"] == len(cfg["pretrain"]["budgets"]) * 7 and jobs["task_data"] == 1 and jobs["task_base"] == len(cfg["pretrain"]["budgets"])
+    assert (
+        jobs["finetune"] == len(cfg["pretrain"]["budgets"]) * 7
+        and jobs["task_data"] == 1
+        and jobs["task_base"] == len(cfg["pretrain"]["budgets"])
+    )
 
 
 # --- bad input ----------------------------------------------------------------------------------
@@ -352,43 +501,83 @@ def test_workflow_plans_a_chat_task(tmp_path, hub_dirs):
 
 def test_bad_chat_input_names_the_culprit(tmp_path, offline_datasets):
     for name in ("hh", "tulu", "alpaca"):
-        with pytest.raises(TaskError, match=rf"task {name}: there is no embedded copy.*source: hub, path: <hub id"):
+        with pytest.raises(
+            TaskError, match=rf"task {name}: there is no embedded copy.*source: hub, path: <hub id"
+        ):
             load_task(name)
     with pytest.raises(TaskError, match="there is no embedded copy"):
         T.task_files("hh", {"source": "embedded"})
 
     def hh_error(text: str, match: str, **kw):
         d = tmp_path / f"hh{abs(hash(text))}"
-        write_jsonl(d / "train.jsonl", [{"chosen": hh_transcript(i), "rejected": ""} for i in range(20)] + [{"chosen": text, "rejected": ""}])
+        write_jsonl(
+            d / "train.jsonl",
+            [{"chosen": hh_transcript(i), "rejected": ""} for i in range(20)]
+            + [{"chosen": text, "rejected": ""}],
+        )
         with pytest.raises(TaskError, match=match):
             load_task("hh", hub(d, hub_splits=dict.fromkeys(T.SPLITS, "train"), **kw))
         return d
 
-    d = hh_error("Who sailed? Nobody.", r"task hh: dataset '.*' split 'train' row 20: field 'chosen' is not an Anthropic-HH transcript '\\n\\nHuman: \.\.\.\\n\\nAssistant: \.\.\.', got 'Who sailed\? Nobody\.'.*invalid_rows: skip")
-    hh_error("\n\nHuman: Hi\n\nAssistant:  \n\nHuman: Hello?", r"row 20: message 1 is an empty assistant turn")
+    d = hh_error(
+        "Who sailed? Nobody.",
+        r"task hh: dataset '.*' split 'train' row 20: field 'chosen' is not an Anthropic-HH transcript "
+        r"'\\n\\nHuman: \.\.\.\\n\\nAssistant: \.\.\.', got 'Who sailed\? Nobody\.'.*invalid_rows: skip",
+    )
+    hh_error(
+        "\n\nHuman: Hi\n\nAssistant:  \n\nHuman: Hello?", r"row 20: message 1 is an empty assistant turn"
+    )
     hh_error("\n\nHuman: Hi there\n\nHuman: Anyone?", r"row 20: the conversation has no assistant turn")
-    hh_error("\n\nAssistant: I start.\n\nHuman: Odd.", r"row 20: the first assistant turn comes before any user turn")
+    hh_error(
+        "\n\nAssistant: I start.\n\nHuman: Odd.",
+        r"row 20: the first assistant turn comes before any user turn",
+    )
     # invalid_rows: skip drops such rows and says so
-    task = load_task("hh", hub(d, hub_splits=dict.fromkeys(T.SPLITS, "train"), invalid_rows="skip", split_fractions={"validation": 0.3, "test": 0.3}))
-    assert sum(map(len, task.splits.values())) == 20 and any("1 invalid rows" in n and "row 20" in n for n in task.notes)
+    task = load_task(
+        "hh",
+        hub(
+            d,
+            hub_splits=dict.fromkeys(T.SPLITS, "train"),
+            invalid_rows="skip",
+            split_fractions={"validation": 0.3, "test": 0.3},
+        ),
+    )
+    assert sum(map(len, task.splits.values())) == 20 and any(
+        "1 invalid rows" in n and "row 20" in n for n in task.notes
+    )
 
     def tulu_error(messages, match: str):
-        f = write_jsonl(tmp_path / f"tulu{abs(hash(json.dumps(messages)))}.jsonl", tulu_rows(3) + [{"dataset": "x", "id": "x_9", "messages": messages}])
+        f = write_jsonl(
+            tmp_path / f"tulu{abs(hash(json.dumps(messages)))}.jsonl",
+            tulu_rows(3) + [{"dataset": "x", "id": "x_9", "messages": messages}],
+        )
         with pytest.raises(TaskError, match=match):
             load_task("tulu", hub(f, hub_splits=dict.fromkeys(T.SPLITS, "train")))
 
-    tulu_error([{"role": "user", "content": "hi"}, {"role": "gpt", "content": "hello"}], r"row 3: message 1 has unknown role 'gpt'; expected one of \['system', 'user', 'assistant'\]")
+    tulu_error(
+        [{"role": "user", "content": "hi"}, {"role": "gpt", "content": "hello"}],
+        r"row 3: message 1 has unknown role 'gpt'; expected one of \['system', 'user', 'assistant'\]",
+    )
     tulu_error([{"role": "user", "content": "hi"}], r"row 3: the conversation has no assistant turn")
-    tulu_error([{"role": "user", "content": "hi"}, {"role": "assistant", "content": " "}], r"row 3: message 1 is an empty assistant turn")
+    tulu_error(
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": " "}],
+        r"row 3: message 1 is an empty assistant turn",
+    )
     tulu_error([{"role": "user", "text": "hi"}], r"row 3: message 0 is not \{role: str, content: str\}")
     tulu_error([], r"row 3: the conversation has no assistant turn")
     with pytest.raises(TaskError, match=r"a local data file is one split, 'train'"):
         load_task("hh", hub(write_jsonl(tmp_path / "hh.jsonl", hh_rows(5, "x"))))
     write_jsonl(tmp_path / "alpaca-bad" / "train.jsonl", [{"instruction": "Say hi.", "input": ""}])
-    with pytest.raises(TaskError, match=r"task alpaca: dataset '.*alpaca-bad' split 'train': missing field 'output'"):
+    with pytest.raises(
+        TaskError, match=r"task alpaca: dataset '.*alpaca-bad' split 'train': missing field 'output'"
+    ):
         load_task("alpaca", hub(tmp_path / "alpaca-bad"))
-    write_jsonl(tmp_path / "alpaca-empty" / "train.jsonl", [{"instruction": "Say hi.", "input": "", "output": ""}])
-    with pytest.raises(TaskError, match=r"row 0: message 1 is an empty assistant turn \(expected an Alpaca row"):
+    write_jsonl(
+        tmp_path / "alpaca-empty" / "train.jsonl", [{"instruction": "Say hi.", "input": "", "output": ""}]
+    )
+    with pytest.raises(
+        TaskError, match=r"row 0: message 1 is an empty assistant turn \(expected an Alpaca row"
+    ):
         load_task("alpaca", hub(tmp_path / "alpaca-empty"))
     with pytest.raises(TaskError, match="invalid_rows must be 'error' or 'skip'"):
         load_task("hh", {"source": "hub", "invalid_rows": "drop"})
@@ -398,4 +587,6 @@ def test_chat_task_without_hub_source_fails_before_any_job(tmp_path):
     cfg = smoke_config(study="bad-instruct", **{"finetune.tasks": ["code", "tulu"]})
     res = snakemake(write_config(tmp_path, cfg), "-n", "--cores", "1")
     text = res.stdout + res.stderr
-    assert res.returncode != 0 and "task tulu: there is no embedded copy" in text and "Traceback" not in text, text[-3000:]
+    assert (
+        res.returncode != 0 and "task tulu: there is no embedded copy" in text and "Traceback" not in text
+    ), text[-3000:]

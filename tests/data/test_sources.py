@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from pipeline.models.checkpoints import CheckpointSpec, hub_checkpoints, load_checkpoint, study_checkpoints
 from pipeline.data.corpus import brown_to_text, load_hf, split_of
+from pipeline.models.checkpoints import CheckpointSpec, hub_checkpoints, load_checkpoint, study_checkpoints
 from pipeline.sweeps.perturb_grid import perturbation_grid
 
 
@@ -24,8 +24,23 @@ def test_local_checkpoint_without_recorded_init_uses_config_init(tiny_model, tok
         assert torch.equal(a, b), n
 
     corpus = tmp_path / "corpus.parquet"
-    pd.DataFrame({"doc_id": ["a", "b"], "split": ["validation"] * 2, "text": [moby_docs[5].text[:1500], moby_docs[6].text[:1500]]}).to_parquet(corpus)
-    rows = perturbation_grid(spec, str(ckpt), corpus, {"split": "validation", "batch_size": 8, "max_tokens": None, "seq_len": 64}, [2.0], [0], "t", tmp_path / "cells")
+    pd.DataFrame(
+        {
+            "doc_id": ["a", "b"],
+            "split": ["validation"] * 2,
+            "text": [moby_docs[5].text[:1500], moby_docs[6].text[:1500]],
+        }
+    ).to_parquet(corpus)
+    rows = perturbation_grid(
+        spec,
+        str(ckpt),
+        corpus,
+        {"split": "validation", "batch_size": 8, "max_tokens": None, "seq_len": 64},
+        [2.0],
+        [0],
+        "t",
+        tmp_path / "cells",
+    )
     df = pd.DataFrame(rows)
     assert set(df["modification"]) == {"none", "gaussian"}
     assert json.loads(df["extra"].iloc[0])["init_std_source"] == "config"
@@ -40,10 +55,18 @@ def test_missing_local_directory_is_a_clear_error(tmp_path):
 
 
 def test_checkpoint_sources_from_config():
-    cfg = {"study": "s", "checkpoints": {"source": "sweep"}, "pretrain": {"presets": ["tiny"], "budgets": [10, 20]}}
+    cfg = {
+        "study": "s",
+        "checkpoints": {"source": "sweep"},
+        "pretrain": {"presets": ["tiny"], "budgets": [10, 20]},
+    }
     assert [s.name for s in study_checkpoints(cfg)] == ["tiny-10", "tiny-20"]
-    hub = hub_checkpoints("allenai/OLMo-1B-hf", [{"revision": "step10000-tokens41B", "tokens": 41_000_000_000}])
-    assert hub[0].name == "allenai--OLMo-1B-hf--step10000-tokens41B" and hub[0].revision == "step10000-tokens41B"
+    hub = hub_checkpoints(
+        "allenai/OLMo-1B-hf", [{"revision": "step10000-tokens41B", "tokens": 41_000_000_000}]
+    )
+    assert (
+        hub[0].name == "allenai--OLMo-1B-hf--step10000-tokens41B" and hub[0].revision == "step10000-tokens41B"
+    )
     with pytest.raises(ValueError, match="positive token count"):
         CheckpointSpec("x", "hub", "m", 0)
 
@@ -51,7 +74,11 @@ def test_checkpoint_sources_from_config():
 def test_hf_corpus_path_reads_a_local_dataset_in_c4_format(tmp_path, moby_docs):
     import datasets
 
-    rows = {"text": [d.text for d in moby_docs[:5]], "timestamp": ["2019-04-25T12:57:54Z"] * 5, "url": [f"https://example.org/{i}" for i in range(5)]}
+    rows = {
+        "text": [d.text for d in moby_docs[:5]],
+        "timestamp": ["2019-04-25T12:57:54Z"] * 5,
+        "url": [f"https://example.org/{i}" for i in range(5)],
+    }
     datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "c4-en-validation"))
     docs = load_hf(str(tmp_path / "c4-en-validation"), "en", "validation", "text", max_documents=3)
     assert [d.text for d in docs] == rows["text"][:3]
@@ -65,9 +92,14 @@ def test_document_split_is_deterministic_and_stable():
     splits = [split_of(i, fractions) for i in ids]
     assert splits == [split_of(i, fractions) for i in ids]
     share = pd.Series(splits).value_counts(normalize=True)
-    assert share["validation"] == pytest.approx(0.1, abs=0.03) and share["test"] == pytest.approx(0.1, abs=0.03)
+    assert share["validation"] == pytest.approx(0.1, abs=0.03) and share["test"] == pytest.approx(
+        0.1, abs=0.03
+    )
 
 
 def test_brown_tags_are_stripped():
-    tagged = "\n\n\tThe/at jury/nn said/vbd ``/`` no/at evidence/nn ''/'' ,/, Friday/nr ./.\n\n\tIt/pps ended/vbd ./."
+    tagged = (
+        "\n\n\tThe/at jury/nn said/vbd ``/`` no/at evidence/nn ''/'' ,/, Friday/nr ./."
+        "\n\n\tIt/pps ended/vbd ./."
+    )
     assert brown_to_text(tagged) == 'The jury said "no evidence", Friday.\n\nIt ended.'

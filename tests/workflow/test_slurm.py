@@ -94,7 +94,8 @@ class Cluster:
         missing = _missing()
         if missing:
             raise RuntimeError(
-                f"CI=true but SLURM cannot run here, missing: {', '.join(missing)}; run `make apt-packages` as root"
+                f"CI=true but SLURM cannot run here, missing: {', '.join(missing)}; "
+                "run `make apt-packages` as root"
             )
         self.root.chmod(0o755)
         (self.root / "owner.pid").write_text(str(os.getpid()))
@@ -166,10 +167,19 @@ class Cluster:
         logs = self.root / "daemons.out"
         with logs.open("ab") as out:
             self._spawn(
-                ["munged", "--foreground", f"--key-file={key}", f"--socket={munge / 'munge.sock'}", f"--pid-file={munge / 'munged.pid'}",
-                 f"--log-file={munge / 'munged.log'}", f"--seed-file={munge / 'munged.seed'}"],
-                env, out, user="munge",
-            )  # fmt: skip
+                [
+                    "munged",
+                    "--foreground",
+                    f"--key-file={key}",
+                    f"--socket={munge / 'munge.sock'}",
+                    f"--pid-file={munge / 'munged.pid'}",
+                    f"--log-file={munge / 'munged.log'}",
+                    f"--seed-file={munge / 'munged.seed'}",
+                ],
+                env,
+                out,
+                user="munge",
+            )
             self._wait(lambda: (munge / "munge.sock").exists(), "munged socket")
             self._spawn(["slurmctld", "-D", "-f", str(self.conf)], env, out)
             self._spawn(["slurmd", "-D", "-f", str(self.conf)], env, out)

@@ -28,7 +28,11 @@ def test_sweep_checkpoints_live_where_rule_pretrain_writes():
     pattern = layout.study_path("t", layout.PRETRAIN_RUN)
     rule = (ROOT / "rules" / "pretrain.smk").read_text()
     assert "directory(study_path(layout.PRETRAIN_RUN))" in rule
-    regex = re.escape(pattern).replace(r"\{model\}", r"(?P<model>[^/]+)").replace(r"\{budget\}", r"(?P<budget>\d+)")
+    regex = (
+        re.escape(pattern)
+        .replace(r"\{model\}", r"(?P<model>[^/]+)")
+        .replace(r"\{budget\}", r"(?P<budget>\d+)")
+    )
     for spec in ckpts.values():
         m = re.fullmatch(regex, spec.path)
         assert m and (m["model"], int(m["budget"])) == (spec.model, spec.tokens)

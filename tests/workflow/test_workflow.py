@@ -216,7 +216,8 @@ def job_resources_in_dry_run(configfile, *args):
 
 
 def test_retries_ask_for_more_memory_and_time(tmp_path):
-    """Resources are functions of the attempt: attempt n asks for n x mem_mb and runtime (profiles/slurm retries)."""
+    """Resources are functions of the attempt: attempt n asks for n x mem_mb and runtime (profiles/slurm
+    retries)."""
     cfg = write_config(tmp_path, smoke_config(study="ci-attempt"))
     first, third = job_resources_in_dry_run(cfg), job_resources_in_dry_run(cfg, "--attempt", "3")
     for rule in ("corpus", "pretrain", "perturb", "metrics", "figures"):

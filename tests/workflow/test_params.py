@@ -1,0 +1,127 @@
+"""One source of truth per hyperparameter: the run-config dataclasses, the schema's sections and
+the rules' params agree, so a key cannot silently miss its job."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import MISSING, asdict, fields
+
+import pytest
+from workflow_utils import ROOT, smoke_config, workflow_config
+
+from pipeline.train.config import (
+    CADENCE,
+    FinetuneConfig,
+    PretrainConfig,
+    TrainConfig,
+    cadence,
+    changes_numbers,
+    hyperparameters,
+)
+from pipeline.workflow.config import load_schema, validate_config
+from pipeline.workflow.params import (
+    UNNUMBERED,
+    finetune_params,
+    pretrain_params,
+    provenance_config,
+    task_base_params,
+)
+
+SCHEMA = load_schema(ROOT / "config" / "schema.yaml")
+SECTIONS = {"pretrain": PretrainConfig, "finetune": FinetuneConfig}
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_every_schema_key_is_a_field_or_declared(section):
+    """A key of the schema's section is a hyperparameter (a field) or one of OTHER_KEYS (grid,
+    stage switches, threads); every field is a key of the section."""
+    cls, props = SECTIONS[section], SCHEMA["properties"][section]["properties"]
+    names = {f.name for f in fields(cls)}
+    assert not names & set(cls.OTHER_KEYS)
+    undeclared = set(props) - names - set(cls.OTHER_KEYS)
+    assert not undeclared, (
+        f"config {section}: keys {sorted(undeclared)} reach no job: add a field to {cls.__name__}"
+    )
+    assert names <= set(props), f"{cls.__name__} fields missing from the schema: {sorted(names - set(props))}"
+    assert set(cls.OTHER_KEYS) <= set(props)
+
+
+@pytest.mark.parametrize("section", SECTIONS)
+def test_defaults_live_in_one_place(section):
+    """A field without a default is required by the schema; a schema `default:` equals the field's."""
+    cls, spec = SECTIONS[section], SCHEMA["properties"][section]
+    for f in fields(cls):
+        if f.default is MISSING:
+            assert f.name in spec["required"], f.name
+        if "default" in spec["properties"][f.name]:
+            assert spec["properties"][f.name]["default"] == f.default, f.name
+
+
+def test_cadence_has_one_default():
+    """log_every / checkpoint_every: the same default in every run config (they disagreed once)."""
+    for name in ("log_every", "checkpoint_every"):
+        assert (
+            len(
+                {
+                    next(f.default for f in fields(c) if f.name == name)
+                    for c in (*SECTIONS.values(), TrainConfig)
+                }
+            )
+            == 1
+        )
+    assert UNNUMBERED == {"log_every", "checkpoint_every", "threads"}
+
+
+def test_params_are_the_fields_that_change_numbers():
+    cfg = workflow_config(smoke_config())
+    validate_config(cfg, SCHEMA)
+    hp = finetune_params(cfg)
+    assert set(hp) == {f.name for f in fields(FinetuneConfig) if f.metadata != CADENCE}
+    assert hp["max_steps"] == 16 and hp["warmup_steps"] is None  # from the config / the default
+    assert set(task_base_params(cfg)) == {"seq_len", "eval_batch_size", "eval_max_tokens"}
+    assert set(pretrain_params(cfg)) == {
+        f.name for f in fields(PretrainConfig) if changes_numbers(PretrainConfig, f.name)
+    }
+    # the job's config: params + cadence from the config, the same values as the config's
+    ft = FinetuneConfig(**hp, **cadence(FinetuneConfig, cfg["finetune"]))
+    assert (ft.batch_size, ft.seq_len, ft.log_every) == (8, 64, cfg["finetune"].get("log_every", 50))
+    pt = PretrainConfig(**pretrain_params(cfg), **cadence(PretrainConfig, cfg["pretrain"]))
+    assert (pt.lr, pt.log_every, pt.checkpoint_every) == (3.0e-2, 50, 100)
+    prov = provenance_config(cfg)
+    assert "analysis" not in prov and not UNNUMBERED & (set(prov["pretrain"]) | set(prov["finetune"]))
+
+
+def test_a_new_field_reaches_the_job_without_a_key_list():
+    """hyperparameters() reads the dataclass: a field added there is in the params."""
+    from dataclasses import dataclass, field
+
+    @dataclass(frozen=True)
+    class Extended:
+        lr: float
+        label_smoothing: float = 0.0
+        log_every: int = field(default=50, metadata=CADENCE)
+
+    assert hyperparameters(Extended, {"lr": 1e-3, "log_every": 7}) == {"lr": 1e-3, "label_smoothing": 0.0}
+    with pytest.raises(KeyError, match="lr"):
+        hyperparameters(Extended, {})
+
+
+def test_run_configs_build_the_same_loop_config():
+    """The loop's config (and its resume fingerprint, which resume files store) as the runs built it."""
+    pt = PretrainConfig(128, 16, 3e-2, [0.9, 0.95], 0.1, 0.1, 0, log_every=7)
+    assert pt.train_config(100) == TrainConfig(100, 3e-2, (0.9, 0.95), 0.1, 0.1, "cosine", 1.0, 200, 7)
+    assert (
+        PretrainConfig(128, 16, 3e-2, [0.9, 0.95], 0.1, 0.1, 0, warmup_steps=5)
+        .train_config(100)
+        .warmup_fraction
+        == 0.05
+    )
+    ft = FinetuneConfig(warmup_steps=20, schedule="constant")
+    assert ft.train_config(10, 1e-3) == TrainConfig(10, 1e-3, (0.9, 0.999), 0.0, 1.0, "constant", 1.0)
+    train = TrainConfig(50, 1e-3)
+    numbers = {k: v for k, v in asdict(train).items() if k not in ("checkpoint_every", "log_every")}
+    assert (
+        train.fingerprint() == hashlib.sha256(json.dumps(numbers, sort_keys=True).encode()).hexdigest()[:16]
+    )
+    assert "micro_batch_size" not in ft.recorded() and "log_every" not in ft.recorded()
