@@ -34,33 +34,53 @@ NOTE = (
     "<!-- rendered by `make docs` (pipeline/analysis/readme_tables.py) from docs/reference/: do not edit -->"
 )
 
-# The columns of each analysis table the README needs (its rows: Gaussian and fine-tuning settings).
+# Each reference file: its source in the study directory and the columns the README needs.
+SOURCES = {
+    "deltas": "analysis/deltas.parquet",
+    "sensitivity": "analysis/sensitivity.parquet",
+    "inflection": "analysis/inflection.parquet",
+    "optimal_lr": "analysis/finetune_optimal_lr.parquet",
+    "distances": "metrics.parquet",
+}
+FT_KEYS = ["model", "task", "learning_rate", "lambda_reg"]
 COLUMNS = {
     "deltas": [*SETTING_KEYS, "budget", "seed", "value", "base", "delta_log", "diverged"],
     "sensitivity": [*SETTING_KEYS, "n_seeds", "spearman_rho", "strictly_increasing"]
     + ["delta_log_first", "delta_log_last"],
     "inflection": [*SETTING_KEYS, "n_seeds", "inflection_budget", "ci_low", "ci_high", "max_budget"],
+    "optimal_lr": ["model", "task", "lambda_reg", "budgets", "optimal_lrs", "lr_slope", "lr_trend"]
+    + ["scenario", "matches_figure7"],
+    "distances": [*FT_KEYS, "seed", "budget", "value", "diverged"],
 }
+SORT = {"deltas": [*SETTING_KEYS, "budget", "seed"], "optimal_lr": ["model", "task", "lambda_reg"]}
+SORT |= {"distances": [*FT_KEYS, "budget", "seed"], "sensitivity": SETTING_KEYS, "inflection": SETTING_KEYS}
 
 Tables = dict[str, pd.DataFrame]
 
 
-def _documented(df: pd.DataFrame) -> pd.Series:
+def _documented(name: str, df: pd.DataFrame) -> pd.Series:
     """Rows the README shows: the Gaussian sweep and fine-tuning, on the pre-training corpus or a
-    fine-tuning task's test split (in-domain)."""
+    fine-tuning task's test split (in-domain); ‖θ_ft − θ_pre‖₂; every optimal-LR row."""
+    if name == "optimal_lr":
+        return pd.Series(True, index=df.index)
+    if name == "distances":
+        return (
+            (df["modification"] == "sft") & (df["eval_data"] == "weights") & (df["metric"] == "distance_l2")
+        )
     gauss = (df["modification"] == "gaussian") & (df["eval_data"] == "pretrain")
-    sft = (df["modification"] == "sft") & ((df["eval_data"] == "pretrain") | (df["split"] == "test"))
+    in_domain = (df["eval_data"] == df["task"]) & (df["split"] == "test")
+    sft = (df["modification"] == "sft") & ((df["eval_data"] == "pretrain") | in_domain)
     return gauss | sft
 
 
-def reduce_study(analysis_dir: str | Path) -> Tables:
-    """The rows and columns of a study's analysis tables that the README's tables are rendered from."""
+def reduce_study(study: str | Path) -> Tables:
+    """The rows and columns of a study's outputs (results/<study>) that the README's tables need."""
     out = {}
     for name, cols in COLUMNS.items():
-        df = pd.read_parquet(Path(analysis_dir) / f"{name}.parquet")
-        df = df[_documented(df)][cols]
-        out[name] = df.sort_values([*SETTING_KEYS, *(["budget", "seed"] if name == "deltas" else [])])
-    return {k: v.reset_index(drop=True) for k, v in out.items()}
+        df = pd.read_parquet(Path(study) / SOURCES[name])
+        df = df[_documented(name, df)][cols]
+        out[name] = df.sort_values(SORT[name]).reset_index(drop=True)
+    return out
 
 
 def read_reference(reference: str | Path = REFERENCE) -> Tables:
@@ -178,7 +198,7 @@ def gaussian_table(t: Tables) -> str:
 def finetune_table(t: Tables) -> str:
     """Per task and LR: Δ log pre-training ppl, pre-training ppl at four budgets, inflection, ID test ppl."""
     d = t["deltas"][t["deltas"]["modification"] == "sft"]
-    keys = ["model", "task", "learning_rate", "lambda_reg"]
+    keys = FT_KEYS
     pre, idt = d[d["eval_data"] == "pretrain"], d[(d["eval_data"] == d["task"]) & (d["split"] == "test")]
     budgets = sorted(pre["budget"].unique())
     shown = _pick(budgets, [0, len(budgets) // 2, -2, -1])
@@ -224,7 +244,49 @@ def finetune_table(t: Tables) -> str:
     return _table(header, rows)
 
 
-SECTIONS: dict[str, Callable[[Tables], str]] = {"gaussian": gaussian_table, "finetune": finetune_table}
+def finetune_lr_tables(t: Tables) -> str:
+    """The tuned-LR view (Figure 7) per task, and ‖θ_ft − θ_pre‖₂ per learning rate (Figure 8)."""
+    opt = t["optimal_lr"]
+    several = opt["model"].nunique() > 1 or opt["lambda_reg"].nunique() > 1
+    rows = []
+    for _, o in opt.iterrows():
+        lrs = [lr(x) if math.isfinite(x) else "none" for x in o["optimal_lrs"]]
+        shown = f"{lrs[0]} at every budget" if len(set(lrs)) == 1 else " / ".join(lrs)
+        label = f"{o['model']}, {o['task']}, λ {o['lambda_reg']:g}" if several else o["task"]
+        trend = f"{o['lr_trend']} ({round(o['lr_slope'], 2) + 0.0:+.2f})"  # + 0.0: no "-0.00"
+        rows.append([label, shown, trend, o["scenario"], "yes" if o["matches_figure7"] else "no"])
+    budgets = " / ".join(tokens(b) for b in opt["budgets"].iloc[0]) if len(opt) else ""
+    tuned = _table(
+        ["task", f"optimal LR at {budgets}", "trend (decades of LR per decade of tokens)"]
+        + ["Figure 7 scenario", "matches Figure 7"],
+        rows,
+    )
+    w = t["distances"][np.isfinite(t["distances"]["value"])]
+    dev = (w["value"] / w.groupby(FT_KEYS)["value"].transform("mean") - 1).abs()
+    w = w.assign(dev=dev)
+    rows = [
+        [lr(x), f"{g['value'].min():.1f} – {g['value'].max():.1f}", f"±{100 * g['dev'].max():.0f}%"]
+        for x, g in w.groupby("learning_rate")
+    ]
+    dist = _table(
+        [
+            "LR",
+            "‖θ_ft − θ_pre‖₂, min – max over tasks and budgets",
+            "largest deviation from the (task, LR) mean across budgets",
+        ],
+        rows,
+    )
+    if w["learning_rate"].nunique() < 2:
+        return f"{tuned}\n\n{dist}"
+    slope = np.polyfit(np.log10(w["learning_rate"]), np.log10(w["value"]), 1)[0]
+    return f"{tuned}\n\n{dist}\n\nFitted over all runs: ‖θ_ft − θ_pre‖₂ ∝ LR^{slope:.2f}."
+
+
+SECTIONS: dict[str, Callable[[Tables], str]] = {
+    "gaussian": gaussian_table,
+    "finetune": finetune_table,
+    "finetune_lr": finetune_lr_tables,
+}
 
 
 def render(t: Tables) -> dict[str, str]:
@@ -275,9 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--figures", type=Path, default=FIGURES)
     args = ap.parse_args(argv)
     if args.study is not None and not args.check:
-        write_reference(reduce_study(args.study / "analysis"), args.reference)
+        write_reference(reduce_study(args.study), args.reference)
         copied = copy_figures(args.study, args.figures)
-        print(f"docs: reference tables from {args.study / 'analysis'}, {len(copied)} figures copied")
+        print(f"docs: reference tables from {args.study}, {len(copied)} figures copied")
     sections = render(read_reference(args.reference))
     readme = args.readme.read_text()
     if args.check:
