@@ -53,6 +53,9 @@ demo: setup $(STANDIN)
 	.venv/bin/snakemake --cores $(CORES) --configfile config/demo-smollm2.yaml
 
 lint: setup
+	.venv/bin/ruff check pipeline rules bench tests
+	.venv/bin/ruff format --check pipeline rules bench tests
+	.venv/bin/snakefmt --check Snakefile rules
 	.venv/bin/snakemake --lint
 
 bench: setup

@@ -96,7 +96,8 @@ def finetune_lr_grid(value: str | list[float] | tuple[float, ...]) -> tuple[floa
     if isinstance(value, str):
         if value not in FINETUNE_LR_GRIDS:
             raise ValueError(
-                f"finetune.learning_rates: unknown grid {value!r}; expected a list of numbers or one of {sorted(FINETUNE_LR_GRIDS)}"
+                f"finetune.learning_rates: unknown grid {value!r}; "
+                f"expected a list of numbers or one of {sorted(FINETUNE_LR_GRIDS)}"
             )
         return FINETUNE_LR_GRIDS[value]
     return tuple(value)
@@ -112,7 +113,8 @@ def steps_for_budget(budget: int, batch_size: int, seq_len: int) -> int:
     per_step = batch_size * seq_len
     if budget < per_step:
         raise ValueError(
-            f"pretrain.budgets: token budget {budget} is smaller than one batch ({batch_size} x {seq_len} = {per_step} tokens)"
+            f"pretrain.budgets: token budget {budget} is smaller than one batch "
+            f"({batch_size} x {seq_len} = {per_step} tokens)"
         )
     return budget // per_step
 
