@@ -16,8 +16,8 @@ import jsonschema
 import yaml
 from snakemake.exceptions import WorkflowError
 
-from pipeline.data.tasks import TASK_NAMES, TaskError, task_files
-from pipeline.evaluate.benchmarks import BenchmarkError, benchmark_config, validate_benchmark_tasks
+from pipeline.data.tasks import EMBEDDED_TASKS, TASK_NAMES, TaskError, task_files
+from pipeline.evaluate.benchmarks import SUITE, BenchmarkError, benchmark_config, validate_benchmark_tasks
 from pipeline.models.checkpoints import CheckpointSpec, study_checkpoints
 from pipeline.models.presets import finetune_lr_grid, format_hparam, steps_for_budget
 from pipeline.train.config import FinetuneConfig, PretrainConfig, hyperparameters
@@ -42,8 +42,30 @@ class ConfigError(WorkflowError):
 # --- schema validation ---------------------------------------------------------------------------
 
 
+def registry_enums() -> dict[str, list[str]]:
+    """The names the schema takes from the registries (`x-registry: <name>` in config/schema.yaml):
+    tasks and benchmarks are declared once, in pipeline/data/tasks.py and pipeline/evaluate/benchmarks.py."""
+    return {
+        "tasks": list(TASK_NAMES),
+        "tokenizer_texts": ["python_stdlib", *EMBEDDED_TASKS],
+        "benchmarks": list(SUITE),
+    }
+
+
 def load_schema(path: str | Path) -> dict:
-    return yaml.safe_load(Path(path).read_text())
+    """The config schema with each `x-registry` marker replaced by the registry's names as an `enum`."""
+    return _fill_registries(yaml.safe_load(Path(path).read_text()), registry_enums())
+
+
+def _fill_registries(node: Any, enums: dict[str, list[str]]) -> Any:
+    if isinstance(node, dict):
+        out = {k: _fill_registries(v, enums) for k, v in node.items() if k != "x-registry"}
+        if "x-registry" in node:
+            out["enum"] = enums[node["x-registry"]]
+        return out
+    if isinstance(node, list):
+        return [_fill_registries(v, enums) for v in node]
+    return node
 
 
 def validate_config(config: dict, schema: dict) -> None:

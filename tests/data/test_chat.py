@@ -437,11 +437,13 @@ def test_table2_preset_and_config_overlay():
         and overlay["task_data"]["tulu"]["max_items"]["train"] == 200000
     )
     # merged into the default config it is a valid config (what `--configfile config/instruct.yaml` runs)
-    from snakemake.utils import update_config, validate
+    from snakemake.utils import update_config
+
+    from pipeline.workflow.config import load_schema, validate_config
 
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     update_config(cfg, {"finetune": overlay})
-    validate(cfg, str(ROOT / "config" / "schema.yaml"))
+    validate_config(cfg, load_schema(ROOT / "config" / "schema.yaml"))
     keys = {
         "epochs",
         "max_steps",

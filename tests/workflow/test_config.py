@@ -153,7 +153,8 @@ SHIPPED = [
 def test_every_shipped_config_dry_runs(configfile):
     """`snakemake -n` on each shipped config (over config.yaml, as --configfile does). Needs no
     download: hub revisions (config/demo-smollm2.yaml: the stand-in in data/hub-cache) are checked
-    in onstart, which a dry run skips, and the hub preset names its revisions itself."""
-    res = snakemake(configfile, "-n", "--cores", "1", "--quiet", "rules")
+    in onstart, which a dry run skips, and the hub preset names its revisions itself. --forceall:
+    the whole DAG whether or not the study's results already exist."""
+    res = snakemake(configfile, "-n", "--forceall", "--cores", "1", "--quiet", "rules")
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert re.search(r"^all\s+1$", res.stdout + res.stderr, re.M), (res.stdout + res.stderr)[-3000:]
