@@ -1,0 +1,130 @@
+"""The curvature stage's jobs: per checkpoint, the Gaussian lines and the sharpness (rule curvature);
+per fine-tuning run, the line along θ_ft − θ_pre (called from inside the fine-tuning job, which holds
+both models: no second load)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from pipeline.curvature.config import CurvatureConfig
+from pipeline.curvature.hessian import sharpness
+from pipeline.curvature.lines import finetune_direction, line_rows, prepare, token_loss, trainable
+from pipeline.evaluate.heldout import heldout_eval_set
+from pipeline.evaluate.perplexity import EvalSet
+from pipeline.models.checkpoints import CheckpointSpec, load_checkpoint
+from pipeline.sweeps.noise import gaussian_direction
+from pipeline.tables import metric_row
+
+log = logging.getLogger(__name__)
+
+SHARPNESS_METRICS = (
+    "hessian_trace",
+    "hessian_trace_se",
+    "hessian_trace_init_scaled",
+    "hessian_trace_init_scaled_se",
+    "hessian_top_eig",
+)
+
+
+def curvature_eval_set(
+    model, tokenizer, corpus_path: str | Path, eval_cfg: dict, cfg: CurvatureConfig
+) -> EvalSet:
+    """The held-out pre-training split (as the perturbation stage reads it) up to cfg.max_tokens."""
+    ctx = model.config.max_position_embeddings
+    max_len = min(eval_cfg.get("seq_len") or ctx, ctx)
+    return heldout_eval_set(corpus_path, eval_cfg["split"], tokenizer, max_len, cfg.max_tokens)
+
+
+def checkpoint_curvature(
+    spec: CheckpointSpec,
+    path: str | None,
+    corpus_path: str | Path,
+    eval_cfg: dict,
+    cfg: CurvatureConfig,
+    study: str,
+    device: str = "cpu",
+) -> tuple[list[dict], list[dict]]:
+    """(line rows of each Gaussian seed, sharpness metric rows) of one checkpoint."""
+    t0 = time.perf_counter()
+    model, tokenizer, init_std, std_source = load_checkpoint(spec, path, device, dtype=torch.float32)
+    prepare(model, cfg.dtype, spec.name)
+    data = curvature_eval_set(model, tokenizer, corpus_path, eval_cfg, cfg)
+    named = trainable(model)
+    fields = spec.row_fields(study)
+    common = {k: fields[k] for k in ("study", "checkpoint", "model", "budget")}
+    directions = []
+    for seed in cfg.seeds or ():
+        eps = gaussian_direction(model, init_std, int(seed))
+        vec = [eps[n].to(p.dtype) if n in eps else torch.zeros_like(p) for n, p in named]
+        directions.append(({"direction": "gaussian", "seed": int(seed)}, vec))
+    lines = line_rows(model, data, directions, cfg.grids("gaussian"), cfg, common)
+    t1 = time.perf_counter()
+    params = [p for _, p in named]
+    scales = [float(init_std[n]) for n, _ in named]
+    sharp = sharpness(
+        token_loss(model, data, cfg.batch_size, torch.device(device)),
+        params,
+        scales,
+        cfg.probes,
+        cfg.power_iters,
+    )
+    log.info(
+        "%s (%d eval tokens): tr(H) %.4g ± %.2g, tr(DHD) %.4g ± %.2g, top eigenvalue %.4g | lines %.1f s, "
+        "sharpness %.1f s",
+        spec.name,
+        data.n_tokens,
+        sharp["hessian_trace"],
+        sharp["hessian_trace_se"],
+        sharp["hessian_trace_init_scaled"],
+        sharp["hessian_trace_init_scaled_se"],
+        sharp["hessian_top_eig"],
+        t1 - t0,
+        time.perf_counter() - t1,
+    )
+    extra = {
+        "eval_tokens": data.n_tokens,
+        "probes": cfg.probes,
+        "power_iters": cfg.power_iters,
+        "dtype": cfg.dtype,
+        "init_std_source": std_source,
+    }
+    rows = [
+        metric_row(
+            **fields,
+            modification="none",
+            eval_data="pretrain",
+            split=eval_cfg["split"],
+            metric=m,
+            value=sharp[m],
+            extra=extra,
+        )
+        for m in SHARPNESS_METRICS
+    ]
+    return lines, rows
+
+
+def finetune_line(
+    model: torch.nn.Module,
+    tokenizer,
+    reference: Mapping[str, torch.Tensor],
+    corpus_path: str | Path,
+    eval_cfg: dict,
+    cfg: CurvatureConfig,
+    fields: Mapping,
+    name: str,
+) -> list[dict]:
+    """Line rows along θ_ft − θ_pre of a fine-tuned `model` (θ_ft; left at θ_pre in `cfg.dtype` after)."""
+    prepare(model, cfg.dtype, name)
+    data = curvature_eval_set(model, tokenizer, corpus_path, eval_cfg, cfg)
+    _, eps = finetune_direction(model, reference)
+    common = {k: fields[k] for k in ("study", "checkpoint", "model", "budget")}
+    line = {
+        "direction": "finetune",
+        **{k: fields[k] for k in ("seed", "task", "learning_rate", "lambda_reg")},
+    }
+    return line_rows(model, data, [(line, eps)], cfg.grids("finetune"), cfg, common)
