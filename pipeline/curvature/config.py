@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 DTYPES = ("float64", "float32")
-FINETUNE = {"finetune": True}  # also read by the fine-tuning jobs (their lines along θ_ft − θ_pre)
+# where a field goes: SHARED also to the fine-tuning jobs (their lines along θ_ft − θ_pre), FINETUNE_ONLY
+# only there (rule curvature's params leave it out: changing it reruns no Gaussian job)
+SHARED = {"finetune": True}
+FINETUNE_ONLY = {"finetune": True, "gaussian": False}
 GRIDS = ("lambdas_small", "lambdas_wide", "finetune_lambdas_small", "finetune_lambdas_wide")
 
 
@@ -32,17 +35,19 @@ class CurvatureConfig:
     lambdas_wide: tuple[float, ...] = (-6.0, -4.0, -3.0, -2.0, -1.0, 0.0, 1.0, 2.0, 3.0, 4.0, 6.0)
     # fine-tuning direction θ_ft − θ_pre (λ = 1: the fine-tuned model)
     finetune_lambdas_small: tuple[float, ...] = field(
-        default=(-0.04, -0.02, -0.01, 0.0, 0.01, 0.02, 0.04), metadata=FINETUNE
+        default=(-0.02, -0.01, 0.0, 0.01, 0.02), metadata=FINETUNE_ONLY
     )
     finetune_lambdas_wide: tuple[float, ...] = field(
-        default=(-1.0, -0.5, 0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0), metadata=FINETUNE
+        default=(-1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0), metadata=FINETUNE_ONLY
     )
     seeds: tuple[int, ...] | None = None  # Gaussian directions; None: perturb.seeds (the same ε as γ·ε there)
     probes: int = 8  # Hutchinson Rademacher probes (per trace)
     power_iters: int = 10  # power-iteration steps for the top eigenvalue
-    max_tokens: int = field(default=4096, metadata=FINETUNE)  # held-out tokens (whole documents)
-    batch_size: int = field(default=16, metadata=FINETUNE)  # windows per forward/backward
-    dtype: str = field(default="float64", metadata=FINETUNE)  # float64: small-λ differences stay exact
+    max_tokens: int = field(default=2048, metadata=SHARED)  # held-out tokens (whole documents)
+    batch_size: int = field(default=16, metadata=SHARED)  # windows per forward/backward
+    dtype: str = field(
+        default="float64", metadata=SHARED
+    )  # of the lines (small-λ differences); sharpness: float32
 
     def __post_init__(self) -> None:
         for name in GRIDS:

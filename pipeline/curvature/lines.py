@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from pipeline.curvature.config import CurvatureConfig
 from pipeline.curvature.hessian import Vector, directional, fd_curvature
+from pipeline.curvature.summary import smallest_lambda_error
 from pipeline.evaluate.perplexity import EvalSet
 from pipeline.io import write_parquet
 from pipeline.models.losses import IGNORE_INDEX
@@ -176,16 +177,6 @@ def line_rows(
             _widest(rows[-len(grids["wide"]) :]),
         )
     return rows
-
-
-def smallest_lambda_error(rows: Sequence[Mapping]) -> float:
-    """|ΔL − Δq| / |ΔL| at the smallest nonzero |λ| of a line's rows (Δ: change from λ = 0)."""
-    pts = [r for r in rows if r["lambda"] != 0 and r["finite"]]
-    if not pts:
-        return float("nan")
-    r = min(pts, key=lambda r: abs(r["lambda"]))
-    dl, dq = r["loss"] - r["loss0"], r["quadratic"] - r["loss0"]
-    return abs(dl - dq) / abs(dl) if dl != 0 else float("nan")
 
 
 def _widest(rows: Sequence[Mapping]) -> str:

@@ -17,6 +17,7 @@ from pipeline.curvature.lines import finetune_direction, line_rows, prepare, tok
 from pipeline.evaluate.heldout import heldout_eval_set
 from pipeline.evaluate.perplexity import EvalSet
 from pipeline.models.checkpoints import CheckpointSpec, load_checkpoint
+from pipeline.models.losses import IGNORE_INDEX
 from pipeline.sweeps.noise import gaussian_direction
 from pipeline.tables import metric_row
 
@@ -34,10 +35,14 @@ SHARPNESS_METRICS = (
 def curvature_eval_set(
     model, tokenizer, corpus_path: str | Path, eval_cfg: dict, cfg: CurvatureConfig
 ) -> EvalSet:
-    """The held-out pre-training split (as the perturbation stage reads it) up to cfg.max_tokens."""
+    """The held-out pre-training split's windows (as the perturbation stage reads them), the first
+    ones up to cfg.max_tokens scored tokens (at least one window: a document can be longer)."""
     ctx = model.config.max_position_embeddings
     max_len = min(eval_cfg.get("seq_len") or ctx, ctx)
-    return heldout_eval_set(corpus_path, eval_cfg["split"], tokenizer, max_len, cfg.max_tokens)
+    data = heldout_eval_set(corpus_path, eval_cfg["split"], tokenizer, max_len, cfg.max_tokens)
+    counts = (data.labels != IGNORE_INDEX).sum(1).cumsum(0)
+    k = max(1, int((counts <= cfg.max_tokens).sum()))
+    return EvalSet(data.inputs[:k], data.labels[:k], int(counts[k - 1]), data.n_bytes, data.n_documents)
 
 
 def checkpoint_curvature(
@@ -49,11 +54,27 @@ def checkpoint_curvature(
     study: str,
     device: str = "cpu",
 ) -> tuple[list[dict], list[dict]]:
-    """(line rows of each Gaussian seed, sharpness metric rows) of one checkpoint."""
+    """(line rows of each Gaussian seed, sharpness metric rows) of one checkpoint.
+
+    The sharpness is computed in float32 (3x faster on CPU than float64; its Monte Carlo error is
+    far above float32 rounding), the lines in cfg.dtype (small-λ differences).
+    """
     t0 = time.perf_counter()
     model, tokenizer, init_std, std_source = load_checkpoint(spec, path, device, dtype=torch.float32)
-    prepare(model, cfg.dtype, spec.name)
+    prepare(model, "float32", spec.name)
     data = curvature_eval_set(model, tokenizer, corpus_path, eval_cfg, cfg)
+    named = trainable(model)
+    params = [p for _, p in named]
+    scales = [float(init_std[n]) for n, _ in named]
+    sharp = sharpness(
+        token_loss(model, data, cfg.batch_size, torch.device(device)),
+        params,
+        scales,
+        cfg.probes,
+        cfg.power_iters,
+    )
+    t1 = time.perf_counter()
+    prepare(model, cfg.dtype, spec.name)
     named = trainable(model)
     fields = spec.row_fields(study)
     common = {k: fields[k] for k in ("study", "checkpoint", "model", "budget")}
@@ -74,8 +95,8 @@ def checkpoint_curvature(
         cfg.power_iters,
     )
     log.info(
-        "%s (%d eval tokens): tr(H) %.4g ± %.2g, tr(DHD) %.4g ± %.2g, top eigenvalue %.4g | lines %.1f s, "
-        "sharpness %.1f s",
+        "%s (%d eval tokens): tr(H) %.4g ± %.2g, tr(DHD) %.4g ± %.2g, top eigenvalue %.4g | load + "
+        "sharpness %.1f s, lines %.1f s",
         spec.name,
         data.n_tokens,
         sharp["hessian_trace"],
@@ -90,7 +111,7 @@ def checkpoint_curvature(
         "eval_tokens": data.n_tokens,
         "probes": cfg.probes,
         "power_iters": cfg.power_iters,
-        "dtype": cfg.dtype,
+        "dtype": "float32",
         "init_std_source": std_source,
     }
     rows = [
@@ -128,3 +149,29 @@ def finetune_line(
         **{k: fields[k] for k in ("seed", "task", "learning_rate", "lambda_reg")},
     }
     return line_rows(model, data, [(line, eps)], cfg.grids("finetune"), cfg, common)
+
+
+class FinetuneLine:
+    """`finetune_run(after=...)`: the fine-tuning job's line along θ_ft − θ_pre into `.rows`.
+
+    settings: the rule's curvature params (CurvatureConfig fields), None when the stage is off.
+    fields: the run's metric-row fields (checkpoint, task, learning rate, proximal λ, seed).
+    """
+
+    def __init__(self, settings: dict | None, corpus_path: str | Path, eval_cfg: dict, fields: Mapping):
+        self.cfg = CurvatureConfig(**settings) if settings is not None else None
+        self.corpus_path, self.eval_cfg, self.fields = corpus_path, eval_cfg, fields
+        self.rows: list[dict] = []
+
+    def __call__(self, model: torch.nn.Module, tokenizer, reference: Mapping[str, torch.Tensor]) -> None:
+        if self.cfg is not None:
+            self.rows = finetune_line(
+                model,
+                tokenizer,
+                reference,
+                self.corpus_path,
+                self.eval_cfg,
+                self.cfg,
+                self.fields,
+                self.fields["checkpoint"],
+            )
