@@ -13,6 +13,7 @@ from pipeline.workflow.config import (
 from pipeline.workflow.figures import figures_of_rule
 from pipeline.workflow.params import (
     checkpoint_params,
+    curvature_eval,
     curvature_finetune_params,
     curvature_params,
     finetune_bench,

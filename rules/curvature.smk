@@ -22,7 +22,7 @@ rule curvature:
     params:
         spec=checkpoint_spec,
         curv=curvature_params(config),
-        eval=eval_config(config),
+        eval=curvature_eval(config),
         device=DEVICE,
     script:
         "scripts/curvature.py"

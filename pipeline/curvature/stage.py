@@ -165,6 +165,7 @@ class FinetuneLine:
 
     def __call__(self, model: torch.nn.Module, tokenizer, reference: Mapping[str, torch.Tensor]) -> None:
         if self.cfg is not None:
+            t0 = time.perf_counter()
             self.rows = finetune_line(
                 model,
                 tokenizer,
@@ -174,4 +175,9 @@ class FinetuneLine:
                 self.cfg,
                 self.fields,
                 self.fields["checkpoint"],
+            )
+            log.info(
+                "curvature line along θ_ft − θ_pre: %d points in %.1f s",
+                len(self.rows),
+                time.perf_counter() - t0,
             )

@@ -60,6 +60,11 @@ def curvature_params(config: dict) -> dict:
     return hp | {"seeds": list(hp["seeds"] if hp["seeds"] is not None else config["perturb"]["seeds"])}
 
 
+def curvature_eval(config: dict) -> dict:
+    """The `eval` keys rule curvature reads (its held-out windows; their count is curvature.max_tokens)."""
+    return {k: config["eval"].get(k) for k in ("split", "seq_len")}
+
+
 def curvature_finetune_params(config: dict) -> dict | None:
     """The curvature settings a fine-tuning job's line along θ_ft − θ_pre reads (FINETUNE fields);
     None when the stage is off (the job then writes an empty line table)."""

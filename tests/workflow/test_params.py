@@ -68,7 +68,7 @@ def test_cadence_has_one_default():
             len(
                 {
                     next(f.default for f in fields(c) if f.name == name)
-                    for c in (*SECTIONS.values(), TrainConfig)
+                    for c in (PretrainConfig, FinetuneConfig, TrainConfig)
                 }
             )
             == 1
