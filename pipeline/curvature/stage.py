@@ -84,16 +84,6 @@ def checkpoint_curvature(
         vec = [eps[n].to(p.dtype) if n in eps else torch.zeros_like(p) for n, p in named]
         directions.append(({"direction": "gaussian", "seed": int(seed)}, vec))
     lines = line_rows(model, data, directions, cfg.grids("gaussian"), cfg, common)
-    t1 = time.perf_counter()
-    params = [p for _, p in named]
-    scales = [float(init_std[n]) for n, _ in named]
-    sharp = sharpness(
-        token_loss(model, data, cfg.batch_size, torch.device(device)),
-        params,
-        scales,
-        cfg.probes,
-        cfg.power_iters,
-    )
     log.info(
         "%s (%d eval tokens): tr(H) %.4g ± %.2g, tr(DHD) %.4g ± %.2g, top eigenvalue %.4g | load + "
         "sharpness %.1f s, lines %.1f s",
