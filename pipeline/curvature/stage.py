@@ -9,13 +9,14 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from pipeline.curvature.config import CurvatureConfig
 from pipeline.curvature.hessian import sharpness
 from pipeline.curvature.lines import finetune_direction, line_rows, prepare, token_loss, trainable
-from pipeline.evaluate.heldout import heldout_eval_set
-from pipeline.evaluate.perplexity import EvalSet
+from pipeline.data.tokenizer import encode_documents
+from pipeline.evaluate.perplexity import EvalSet, build_eval_set
 from pipeline.models.checkpoints import CheckpointSpec, load_checkpoint
 from pipeline.models.losses import IGNORE_INDEX
 from pipeline.sweeps.noise import gaussian_direction
@@ -35,11 +36,20 @@ SHARPNESS_METRICS = (
 def curvature_eval_set(
     model, tokenizer, corpus_path: str | Path, eval_cfg: dict, cfg: CurvatureConfig
 ) -> EvalSet:
-    """The held-out pre-training split's windows (as the perturbation stage reads them), the first
-    ones up to cfg.max_tokens scored tokens (at least one window: a document can be longer)."""
+    """The first windows of the held-out pre-training split, up to cfg.max_tokens scored tokens (at
+    least one window): the perturbation stage's windows (`heldout_eval_set`: same documents, order
+    and windowing), tokenizing only the documents needed."""
     ctx = model.config.max_position_embeddings
     max_len = min(eval_cfg.get("seq_len") or ctx, ctx)
-    data = heldout_eval_set(corpus_path, eval_cfg["split"], tokenizer, max_len, cfg.max_tokens)
+    corpus = pd.read_parquet(corpus_path, columns=["split", "text"])
+    texts = corpus.loc[corpus["split"] == eval_cfg["split"], "text"].tolist()
+    if not texts:
+        raise ValueError(f"eval.split: the corpus has no documents in split {eval_cfg['split']!r}")
+    docs: list[list[int]] = []
+    while len(docs) < len(texts) and sum(map(len, docs)) < cfg.max_tokens:
+        docs += encode_documents(tokenizer, [texts[len(docs)]])
+    prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    data = build_eval_set(docs, texts[: len(docs)], prefix, max_len, tokenizer.pad_token_id)
     counts = (data.labels != IGNORE_INDEX).sum(1).cumsum(0)
     k = max(1, int((counts <= cfg.max_tokens).sum()))
     return EvalSet(data.inputs[:k], data.labels[:k], int(counts[k - 1]), data.n_bytes, data.n_documents)

@@ -37,3 +37,18 @@ def test_off_writes_nothing(study_files):  # noqa: F811
     line = FinetuneLine(None, study_files["corpus"], {"split": "validation"}, {})
     line(None, None, {})
     assert line.rows == []
+
+
+def test_curvature_tokens_are_the_first_windows_of_the_heldout_set(study_files, tokenizer):  # noqa: F811
+    """The stage's token set: the perturbation stage's held-out windows, cut at max_tokens."""
+    from pipeline.curvature.stage import curvature_eval_set
+    from pipeline.evaluate.heldout import heldout_eval_set
+    from pipeline.models.checkpoints import load_checkpoint
+
+    model = load_checkpoint(study_files["spec"], study_files["ckpt"])[0]
+    cfg = CurvatureConfig(max_tokens=300)
+    ours = curvature_eval_set(model, tokenizer, study_files["corpus"], {"split": "validation"}, cfg)
+    full = heldout_eval_set(study_files["corpus"], "validation", tokenizer, 64, 3000)
+    k = len(ours.inputs)
+    assert 0 < ours.n_tokens <= 300 and ours.n_tokens == int((ours.labels != -100).sum())
+    assert (ours.inputs == full.inputs[:k]).all() and (ours.labels == full.labels[:k]).all()
