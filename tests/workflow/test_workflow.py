@@ -50,7 +50,9 @@ def test_smoke_study_outputs(smoke_run):
     n_ckpt = len(cfg["pretrain"]["budgets"])
     n_cells = 1 + len(cfg["perturb"]["gammas"]) * len(cfg["perturb"]["seeds"])
     perturb = metrics[
-        metrics["modification"].isin(["none", "gaussian"]) & (metrics["eval_data"] == "pretrain")
+        metrics["modification"].isin(["none", "gaussian"])
+        & (metrics["eval_data"] == "pretrain")
+        & metrics["metric"].isin(["ppl", "bpb", "loss"])  # not the checkpoints' sharpness rows
     ]
     assert len(perturb) == n_ckpt * n_cells * 3  # ppl, bpb, loss
     assert metrics["config_hash"].nunique() == 1 and metrics["git_commit"].iloc[0] != ""
