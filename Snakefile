@@ -25,6 +25,7 @@ include: "rules/pretrain.smk"
 include: "rules/perturb.smk"
 include: "rules/lm_eval.smk"
 include: "rules/finetune.smk"
+include: "rules/curvature.smk"
 include: "rules/analysis.smk"
 include: "rules/theory.smk"
 

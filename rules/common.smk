@@ -2,10 +2,20 @@
 # to the workflow layer (pipeline/workflow/: config checks, results layout, targets, params, jobs).
 from pipeline.data.tasks import TASK_NAMES
 from pipeline.workflow import cluster, layout, targets
-from pipeline.workflow.config import bench_config, check_config, eval_config, finetune_section, task_settings
+from pipeline.workflow.config import (
+    bench_config,
+    check_config,
+    curvature_section,
+    eval_config,
+    finetune_section,
+    task_settings,
+)
 from pipeline.workflow.figures import figures_of_rule
 from pipeline.workflow.params import (
     checkpoint_params,
+    curvature_eval,
+    curvature_finetune_params,
+    curvature_params,
     finetune_bench,
     finetune_params,
     pretrain_params,

@@ -52,7 +52,8 @@ rule finetune:
         task=study_path(layout.TASK_TABLE),
         corpus=study_path("data/corpus.parquet"),
     output:
-        study_path(layout.FINETUNE_PART),
+        metrics=study_path(layout.FINETUNE_PART),
+        line=study_path(layout.FINETUNE_LINE_PART),
     log:
         study_path("logs/finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.log"),
     benchmark:
@@ -67,6 +68,7 @@ rule finetune:
         hp=finetune_params(config),
         eval=eval_config(config),
         bench=finetune_bench(config),
+        curv=curvature_finetune_params(config),
         state=study_path("finetune/.resume/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}"),
         device=DEVICE,
     script:

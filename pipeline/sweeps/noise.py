@@ -15,6 +15,25 @@ def _tensor_seed(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
+def tensor_noise(p: torch.Tensor, name: str, seed: int) -> torch.Tensor:
+    """The unit float32 N(0, 1) noise of parameter `name` at `seed`, on the parameter's device."""
+    gen = torch.Generator(device=p.device).manual_seed(_tensor_seed(seed, name))
+    return torch.randn(p.shape, generator=gen, device=p.device, dtype=torch.float32)
+
+
+@torch.no_grad()
+def gaussian_direction(
+    model: torch.nn.Module, init_std: Mapping[str, float], seed: int
+) -> dict[str, torch.Tensor]:
+    """ε of γ = 1: the noise `perturb_gaussian(model, init_std, γ, seed)` adds is γ·ε (float32; tensors
+    with init std 0 are left out). Appendix D's Gaussian direction."""
+    return {
+        name: tensor_noise(p, name, seed).mul_(float(init_std[name]))
+        for name, p in model.named_parameters()
+        if float(init_std[name]) != 0.0
+    }
+
+
 @torch.no_grad()
 def perturb_gaussian(model: torch.nn.Module, init_std: Mapping[str, float], gamma: float, seed: int) -> int:
     """In place θ ← θ + ε, ε ~ N(0, (γ · std_init(tensor))²) per tensor; returns #perturbed tensors.
@@ -33,8 +52,7 @@ def perturb_gaussian(model: torch.nn.Module, init_std: Mapping[str, float], gamm
         scale = gamma * float(init_std[name])
         if scale == 0.0:
             continue
-        gen = torch.Generator(device=p.device).manual_seed(_tensor_seed(seed, name))
-        noise = torch.randn(p.shape, generator=gen, device=p.device, dtype=torch.float32)
+        noise = tensor_noise(p, name, seed)
         p.copy_((p.float() + noise.mul_(scale)).to(p.dtype))
         count += 1
     return count

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -161,6 +162,7 @@ def finetune_run(
     device: str = "cpu",
     stop_after: int | None = None,
     bench_cfg: dict | None = None,
+    after: Callable[[torch.nn.Module, object, dict[str, torch.Tensor]], None] | None = None,
 ) -> list[dict]:
     """Fine-tune, pick the best epoch on ID validation, evaluate; tidy metric rows.
 
@@ -168,6 +170,9 @@ def finetune_run(
     scored on the lm-eval suite in memory (Figure 2: base vs fine-tuned benchmark accuracy).
     state_dir: resume files of this run (training state + best epoch so far), removed at the end.
     stop_after: stop as if killed after this many steps (tests of resumption); returns [].
+    after: called last, once every row is computed, as after(model at θ_ft, tokenizer, θ_pre by name),
+    e.g. the curvature stage's line along θ_ft − θ_pre (both in memory: no second load); it may
+    modify the model.
     """
     if learning_rate <= 0:
         raise ValueError(f"finetune.learning_rates: a learning rate must be > 0, got {learning_rate}")
@@ -303,4 +308,6 @@ def finetune_run(
     )
     for f in (state_dir / "train.pt", best_file):
         f.unlink(missing_ok=True)
+    if after is not None:
+        after(model, tokenizer, reference)
     return rows

@@ -16,6 +16,7 @@ import jsonschema
 import yaml
 from snakemake.exceptions import WorkflowError
 
+from pipeline.curvature.config import CurvatureConfig
 from pipeline.data.tasks import EMBEDDED_TASKS, TASK_NAMES, TaskError, task_files
 from pipeline.evaluate.benchmarks import SUITE, BenchmarkError, benchmark_config, validate_benchmark_tasks
 from pipeline.models.checkpoints import CheckpointSpec, study_checkpoints
@@ -238,6 +239,8 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
         PretrainConfig(**hyperparameters(PretrainConfig, pt))
         if finetune_enabled(config):
             FinetuneConfig(**hyperparameters(FinetuneConfig, finetune_section(config)))
+        if curvature_enabled(config):
+            CurvatureConfig(**hyperparameters(CurvatureConfig, curvature_section(config)))
     except (ValueError, KeyError) as err:
         raise ConfigError(f"invalid config: {err}") from None
     for spec in specs:
@@ -325,3 +328,11 @@ def benchmarks_enabled(config: dict) -> bool:
 
 def theory_enabled(config: dict) -> bool:
     return bool((config.get("theory") or {}).get("enabled", False))
+
+
+def curvature_section(config: dict) -> dict:
+    return config.get("curvature") or {}
+
+
+def curvature_enabled(config: dict) -> bool:
+    return bool(curvature_section(config).get("enabled", False))

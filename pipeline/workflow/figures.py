@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-STAGES = ("sweep", "pretrain", "finetune", "benchmarks", "theory")
+STAGES = ("sweep", "pretrain", "finetune", "benchmarks", "curvature", "theory")
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class Figure:
 
 _GAUSSIAN = "Gaussian perturbations"
 _THEORY = "Theory: two-layer linear networks"
+_CURVATURE = "Sharpness and the quadratic prediction (Appendix D)"
 
 FIGURES: tuple[Figure, ...] = (
     Figure("progressive_sensitivity", "figures", _GAUSSIAN, "sweep"),
@@ -38,6 +39,9 @@ FIGURES: tuple[Figure, ...] = (
     Figure("finetune_tuned", "finetune_figures", "Fine-tuning", "finetune"),
     Figure("finetune_distance", "finetune_figures", "Fine-tuning", "finetune"),
     Figure("benchmarks", "benchmark_figures", "Benchmarks", "benchmarks"),
+    Figure("curvature_gaussian", "curvature_figures", _CURVATURE, "curvature"),
+    Figure("curvature_finetune", "curvature_figures", _CURVATURE, "curvature"),
+    Figure("sharpness", "curvature_figures", _CURVATURE, "curvature"),
     Figure("theory_perturbation", "theory", _THEORY, "theory"),
     Figure("theory_delta_pre", "theory", _THEORY, "theory"),
     Figure("theory_finetune_loss", "theory", _THEORY, "theory"),

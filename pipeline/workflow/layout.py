@@ -15,6 +15,12 @@ LM_EVAL_PART = "lm_eval/{checkpoint}.parquet"
 TASK_TABLE = "data/tasks/{task}.parquet"
 TASK_BASE_PART = "finetune/{checkpoint}/{task}/base.parquet"
 FINETUNE_PART = "finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.parquet"
+# the fine-tuning job's loss along θ_ft − θ_pre (curvature stage; empty when it is off)
+FINETUNE_LINE_PART = "finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.line.parquet"
+CURVATURE_LINE_PART = "curvature/{checkpoint}/lines.parquet"  # Gaussian lines of one checkpoint
+CURVATURE_SHARPNESS_PART = "curvature/{checkpoint}/sharpness.parquet"  # metric rows
+CURVATURE_LINES = "curvature/lines.parquet"  # every line of the study
+CURVATURE_SUMMARY = "analysis/curvature_summary.parquet"  # one row per line
 THEORY_METRICS = "theory/metrics.parquet"
 METRICS = "metrics.parquet"
 INFLECTION = "analysis/inflection.parquet"

@@ -10,9 +10,17 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from pipeline.curvature.config import CurvatureConfig
 from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.train.config import FinetuneConfig, PretrainConfig, changes_numbers, hyperparameters
-from pipeline.workflow.config import bench_config, benchmarks_enabled, eval_config, finetune_section
+from pipeline.workflow.config import (
+    bench_config,
+    benchmarks_enabled,
+    curvature_enabled,
+    curvature_section,
+    eval_config,
+    finetune_section,
+)
 
 # config keys that cannot change a number in any section: the run configs' cadence, and threads
 UNNUMBERED = {
@@ -42,6 +50,28 @@ def finetune_bench(config: dict) -> dict | None:
     """The benchmark settings a fine-tuning job scores its model with (None: no benchmarks, and
     then changing them reruns no fine-tuning job)."""
     return bench_config(config) if benchmarks_enabled(config) else None
+
+
+def curvature_params(config: dict) -> dict:
+    """The curvature settings of the Gaussian lines and the sharpness (rule curvature; not the
+    fine-tuning direction's grids); seeds null -> perturb.seeds (the same ε)."""
+    hp = hyperparameters(CurvatureConfig, curvature_section(config))
+    hp = {f.name: hp[f.name] for f in fields(CurvatureConfig) if f.metadata.get("gaussian", True)}
+    return hp | {"seeds": list(hp["seeds"] if hp["seeds"] is not None else config["perturb"]["seeds"])}
+
+
+def curvature_eval(config: dict) -> dict:
+    """The `eval` keys rule curvature reads (its held-out windows; their count is curvature.max_tokens)."""
+    return {k: config["eval"].get(k) for k in ("split", "seq_len")}
+
+
+def curvature_finetune_params(config: dict) -> dict | None:
+    """The curvature settings a fine-tuning job's line along θ_ft − θ_pre reads (FINETUNE fields);
+    None when the stage is off (the job then writes an empty line table)."""
+    if not curvature_enabled(config):
+        return None
+    hp = hyperparameters(CurvatureConfig, curvature_section(config))
+    return {f.name: hp[f.name] for f in fields(CurvatureConfig) if f.metadata.get("finetune")}
 
 
 def checkpoint_params(spec: CheckpointSpec) -> dict:

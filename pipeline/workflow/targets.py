@@ -12,6 +12,7 @@ from pipeline.models.presets import format_hparam
 from pipeline.workflow import layout
 from pipeline.workflow.config import (
     benchmarks_enabled,
+    curvature_enabled,
     finetune_enabled,
     finetune_lrs,
     finetune_section,
@@ -54,20 +55,21 @@ def lm_eval_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
     return [path(config, layout.LM_EVAL_PART, checkpoint=name) for name in checkpoints]
 
 
-def finetune_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
+def finetune_parts(config: dict, checkpoints: Checkpoints, pattern: str = layout.FINETUNE_PART) -> list[str]:
     """One metrics file per (checkpoint, task, lr, λ, seed), plus each (checkpoint, task)'s base
-    evaluation."""
+    evaluation (`pattern`: another per-run output, e.g. its line table, without the base)."""
     if not finetune_enabled(config):
         return []
     ft = finetune_section(config)
     out = []
     for name in checkpoints:
         for task in ft["tasks"]:
-            out.append(path(config, layout.TASK_BASE_PART, checkpoint=name, task=task))
+            if pattern == layout.FINETUNE_PART:
+                out.append(path(config, layout.TASK_BASE_PART, checkpoint=name, task=task))
             out += [
                 path(
                     config,
-                    layout.FINETUNE_PART,
+                    pattern,
                     checkpoint=name,
                     task=task,
                     lr=format_hparam(lr),
@@ -81,6 +83,20 @@ def finetune_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
     return out
 
 
+def curvature_sharpness_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
+    if not curvature_enabled(config):
+        return []
+    return [path(config, layout.CURVATURE_SHARPNESS_PART, checkpoint=name) for name in checkpoints]
+
+
+def curvature_line_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
+    """Every line table: the Gaussian lines of each checkpoint and each fine-tuning run's line."""
+    if not curvature_enabled(config):
+        return []
+    gaussian = [path(config, layout.CURVATURE_LINE_PART, checkpoint=name) for name in checkpoints]
+    return gaussian + finetune_parts(config, checkpoints, layout.FINETUNE_LINE_PART)
+
+
 def metric_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
     """Every per-job table the metrics rule aggregates."""
     theory = [path(config, layout.THEORY_METRICS)] if theory_enabled(config) else []
@@ -88,6 +104,7 @@ def metric_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
         perturb_parts(config, checkpoints)
         + lm_eval_parts(config, checkpoints)
         + finetune_parts(config, checkpoints)
+        + curvature_sharpness_parts(config, checkpoints)
         + theory
     )
 
@@ -102,6 +119,8 @@ def all_outputs(config: dict, checkpoints: Checkpoints) -> list[str]:
         out += [path(config, layout.FINETUNE_TUNED)] + stage_figures(config, "finetune")
     if benchmarks_enabled(config):
         out += stage_figures(config, "benchmarks")
+    if curvature_enabled(config):
+        out += [path(config, layout.CURVATURE_SUMMARY)] + stage_figures(config, "curvature")
     if theory_enabled(config):
         out += [path(config, layout.THEORY_METRICS)] + stage_figures(config, "theory")
     return out

@@ -31,6 +31,7 @@ CASES = [
     ({"finetune.learning_rates": "all"}, "learning_rates"),
     ({"finetune.learning_rates": [1.0e-3, 1.0000001e-3]}, "differ only beyond 6 significant digits"),
     ({"finetune.schedule": "linear"}, "linear"),
+    ({"curvature.lambdas_wide": [1.0, 2.0]}, "curvature.lambdas_wide: a λ grid must contain 0"),
 ]
 
 

@@ -10,6 +10,7 @@ from dataclasses import MISSING, asdict, fields
 import pytest
 from workflow_utils import ROOT, smoke_config, workflow_config
 
+from pipeline.curvature.config import CurvatureConfig
 from pipeline.train.config import (
     CADENCE,
     FinetuneConfig,
@@ -19,9 +20,11 @@ from pipeline.train.config import (
     changes_numbers,
     hyperparameters,
 )
-from pipeline.workflow.config import load_schema, validate_config
+from pipeline.workflow.config import ConfigError, check_config, load_schema, validate_config
 from pipeline.workflow.params import (
     UNNUMBERED,
+    curvature_finetune_params,
+    curvature_params,
     finetune_params,
     pretrain_params,
     provenance_config,
@@ -29,7 +32,7 @@ from pipeline.workflow.params import (
 )
 
 SCHEMA = load_schema(ROOT / "config" / "schema.yaml")
-SECTIONS = {"pretrain": PretrainConfig, "finetune": FinetuneConfig}
+SECTIONS = {"pretrain": PretrainConfig, "finetune": FinetuneConfig, "curvature": CurvatureConfig}
 
 
 @pytest.mark.parametrize("section", SECTIONS)
@@ -65,7 +68,7 @@ def test_cadence_has_one_default():
             len(
                 {
                     next(f.default for f in fields(c) if f.name == name)
-                    for c in (*SECTIONS.values(), TrainConfig)
+                    for c in (PretrainConfig, FinetuneConfig, TrainConfig)
                 }
             )
             == 1
@@ -125,3 +128,27 @@ def test_run_configs_build_the_same_loop_config():
         train.fingerprint() == hashlib.sha256(json.dumps(numbers, sort_keys=True).encode()).hexdigest()[:16]
     )
     assert "micro_batch_size" not in ft.recorded() and "log_every" not in ft.recorded()
+
+
+def test_curvature_params_split_between_its_jobs():
+    """Rule curvature gets the Gaussian and sharpness settings (seeds null: perturb.seeds, the same ε),
+    a fine-tuning job only what its line along θ_ft − θ_pre reads; off: None."""
+    cfg = workflow_config(smoke_config())
+    validate_config(cfg, SCHEMA)
+    gauss, ft = curvature_params(cfg), curvature_finetune_params(cfg)
+    assert gauss["seeds"] == cfg["perturb"]["seeds"] and gauss["max_tokens"] == 1024
+    assert not {"finetune_lambdas_small", "finetune_lambdas_wide"} & set(gauss)
+    assert set(ft) == {"finetune_lambdas_small", "finetune_lambdas_wide", "max_tokens", "batch_size", "dtype"}
+    CurvatureConfig(**gauss), CurvatureConfig(**ft)
+    cfg["curvature"]["enabled"] = False
+    assert curvature_finetune_params(cfg) is None
+
+
+@pytest.mark.parametrize(
+    "key", ["lambdas_small", "lambdas_wide", "finetune_lambdas_small", "finetune_lambdas_wide"]
+)
+def test_a_lambda_grid_without_zero_fails_at_start_up(key):
+    cfg = workflow_config(smoke_config(**{f"curvature.{key}": [0.5, 1.0]}))
+    validate_config(cfg, SCHEMA)
+    with pytest.raises(ConfigError, match=rf"curvature\.{key}: a λ grid must contain 0"):
+        check_config(cfg, check_benchmark_tasks=False)

@@ -49,24 +49,35 @@ def test_parts_of_the_smoke_study():
     assert len(parts) == len(ckpts) * len(ft["tasks"]) * (1 + runs)
     assert "results/t/finetune/tiny-16384/code/lr0.003_lam0_seed0.parquet" in parts
     assert "results/t/finetune/tiny-16384/mr/base.parquet" in parts
-    assert targets.metric_parts(cfg, ckpts) == targets.perturb_parts(cfg, ckpts) + parts
+    sharpness = [f"results/t/curvature/{n}/sharpness.parquet" for n in ckpts]
+    assert targets.metric_parts(cfg, ckpts) == targets.perturb_parts(cfg, ckpts) + parts + sharpness
+    lines = targets.curvature_line_parts(cfg, ckpts)
+    assert len(lines) == len(ckpts) * (1 + len(ft["tasks"]) * runs)
+    assert "results/t/finetune/tiny-16384/code/lr0.003_lam0_seed0.line.parquet" in lines
 
 
 def test_all_outputs_follow_the_enabled_stages_and_the_figure_registry():
     cfg, ckpts = study(**{"analysis.figure_formats": ["png", "pdf"]})
     out = targets.all_outputs(cfg, ckpts)
     figures = {Path(p).stem for p in out if "/figures/" in p}
-    stages = ("sweep", "pretrain", "finetune")
+    stages = ("sweep", "pretrain", "finetune", "curvature")
     assert figures == {f.name for s in stages for f in figures_of_stage(s)}
+    assert "results/t/analysis/curvature_summary.parquet" in out
     assert all(f"results/t/figures/{n}.{ext}" in out for n in figures for ext in ("png", "pdf"))
     assert "results/t/analysis/finetune_tuned.parquet" in out
 
     cfg, ckpts = study(
-        **{"finetune.enabled": False, "theory.enabled": True, "eval.benchmarks": {"tasks": ["copa"]}}
+        **{
+            "finetune.enabled": False,
+            "theory.enabled": True,
+            "eval.benchmarks": {"tasks": ["copa"]},
+            "curvature.enabled": False,
+        }
     )
     out = targets.all_outputs(cfg, ckpts)
     figures = {Path(p).stem for p in out if "/figures/" in p}
-    assert figures == {f.name for f in FIGURES if f.stage != "finetune"}
+    assert figures == {f.name for f in FIGURES if f.stage not in ("finetune", "curvature")}
+    assert not targets.curvature_line_parts(cfg, ckpts) and not targets.curvature_sharpness_parts(cfg, ckpts)
     assert "results/t/theory/metrics.parquet" in out and not targets.finetune_parts(cfg, ckpts)
     assert targets.lm_eval_parts(cfg, ckpts) == [f"results/t/lm_eval/{n}.parquet" for n in ckpts]
     assert "tuned" not in targets.benchmark_figure_inputs(cfg)

@@ -16,6 +16,7 @@ from workflow_utils import (
     planned_jobs,
     smoke_config,
     snakemake,
+    workflow_config,
     write_config,
 )
 
@@ -23,7 +24,15 @@ from pipeline.tables import SCHEMA
 
 STUDY = SMOKE_STUDY
 # aggregation downstream of any changed metrics file
-AGG = {"metrics": 1, "analysis": 1, "figures": 1, "finetune_analysis": 1, "finetune_figures": 1}
+AGG = {
+    "metrics": 1,
+    "analysis": 1,
+    "figures": 1,
+    "finetune_analysis": 1,
+    "finetune_figures": 1,
+    "curvature_figures": 1,
+}
+LINES = {"curvature_lines": 1}  # the table of every line (Gaussian and fine-tuning)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +50,9 @@ def test_smoke_study_outputs(smoke_run):
     n_ckpt = len(cfg["pretrain"]["budgets"])
     n_cells = 1 + len(cfg["perturb"]["gammas"]) * len(cfg["perturb"]["seeds"])
     perturb = metrics[
-        metrics["modification"].isin(["none", "gaussian"]) & (metrics["eval_data"] == "pretrain")
+        metrics["modification"].isin(["none", "gaussian"])
+        & (metrics["eval_data"] == "pretrain")
+        & metrics["metric"].isin(["ppl", "bpb", "loss"])  # not the checkpoints' sharpness rows
     ]
     assert len(perturb) == n_ckpt * n_cells * 3  # ppl, bpb, loss
     assert metrics["config_hash"].nunique() == 1 and metrics["git_commit"].iloc[0] != ""
@@ -79,6 +90,19 @@ def test_smoke_study_outputs(smoke_run):
     assert set(sens.loc[sens["modification"] == "sft", "learning_rate"]) == set(
         cfg["finetune"]["learning_rates"]
     )
+    # Appendix D: every line (Gaussian: each checkpoint x seed; fine-tuning: each run), the sharpness rows
+    curv = workflow_config(cfg)["curvature"]
+    lines = pd.read_parquet(out / "curvature" / "lines.parquet")
+    per_gauss = len(curv["lambdas_small"]) + len(curv["lambdas_wide"])
+    per_ft = len(curv["finetune_lambdas_small"]) + len(curv["finetune_lambdas_wide"])
+    assert len(lines) == n_ckpt * len(cfg["perturb"]["seeds"]) * per_gauss + n_runs * per_ft
+    assert lines["finite"].all() and (lines["eval_tokens"] <= cfg["curvature"]["max_tokens"]).all()
+    summary = pd.read_parquet(out / "analysis" / "curvature_summary.parquet")
+    assert (summary["quadratic_rel_error"] <= 0.05).all()
+    sharp = metrics[metrics["metric"].str.startswith("hessian_")]
+    assert len(sharp) == n_ckpt * 5 and (sharp.loc[sharp["metric"] == "hessian_trace", "value"] > 0).all()
+    for name in ("curvature_gaussian.png", "curvature_finetune.png", "sharpness.png"):
+        assert (out / "figures" / name).stat().st_size > 10_000
 
 
 def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
@@ -97,37 +121,69 @@ def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
     [
         ({}, {}),
         ({"perturb.gammas": [2, 6, 4]}, {"perturb": 3, **AGG}),
-        ({"perturb.seeds": [0, 1, 2]}, {"perturb": 3, **AGG}),
+        # curvature.seeds null: the Gaussian lines follow perturb.seeds
+        ({"perturb.seeds": [0, 1, 2]}, {"perturb": 3, "curvature": 3, **LINES, **AGG}),
         (
             {"pretrain.budgets": [16384, 65536, 262144, 131072]},
-            {"pretrain": 1, "perturb": 1, "task_base": 2, "finetune": 2, "loss_curves": 1, **AGG},
+            {
+                "pretrain": 1,
+                "perturb": 1,
+                "curvature": 1,
+                "task_base": 2,
+                "finetune": 2,
+                "loss_curves": 1,
+                **LINES,
+                **AGG,
+            },
         ),
         (
             {"pretrain.lr": 0.02},
-            {"pretrain": 3, "perturb": 3, "task_base": 6, "finetune": 6, "loss_curves": 1, **AGG},
+            {
+                "pretrain": 3,
+                "perturb": 3,
+                "curvature": 3,
+                "task_base": 6,
+                "finetune": 6,
+                "loss_curves": 1,
+                **LINES,
+                **AGG,
+            },
         ),
         ({"pretrain.log_every": 7, "pretrain.checkpoint_every": 33}, {}),  # cadence does not change numbers
-        ({"pretrain.threads": 2, "perturb.threads": 2, "finetune.threads": 2}, {}),  # neither do threads
+        (
+            {"pretrain.threads": 2, "perturb.threads": 2, "finetune.threads": 2, "curvature.threads": 2},
+            {},
+        ),  # neither do threads
         ({"analysis.bootstrap": 50}, {"analysis": 1, "figures": 1, "finetune_figures": 1}),
         (
             {"finetune.learning_rates": [3.0e-3, 1.0e-3]},
-            {"finetune": 6, **AGG},
+            {"finetune": 6, **LINES, **AGG},
         ),  # the new LR on 3 checkpoints x 2 tasks
         (
             {"finetune.learning_rates": [1.0e-3]},
-            {"finetune": 6, **AGG},
+            {"finetune": 6, **LINES, **AGG},
         ),  # a changed LR: its jobs only, no task_base
-        ({"finetune.max_steps": 12}, {"finetune": 6, **AGG}),
+        ({"finetune.max_steps": 12}, {"finetune": 6, **LINES, **AGG}),
         (
             {"finetune.task_data.mr.max_items.train": 300},
-            {"task_data": 1, "task_base": 3, "finetune": 3, **AGG},
+            {"task_data": 1, "task_base": 3, "finetune": 3, **LINES, **AGG},
         ),
         ({"finetune.log_every": 3, "finetune.checkpoint_every": 5}, {}),
         ({"eval.benchmarks.num_fewshot": 3}, {}),  # benchmark settings without benchmark tasks
         # benchmarks on: one lm_eval job per checkpoint; fine-tuned models are scored in their (rerun) jobs
         (
             {"eval.benchmarks.tasks": ["copa"], "eval.benchmarks.limit": 4},
-            {"lm_eval": 3, "finetune": 6, "benchmark_figures": 1, **AGG},
+            {"lm_eval": 3, "finetune": 6, "benchmark_figures": 1, **LINES, **AGG},
+        ),
+        # the sharpness and Gaussian lines: the curvature jobs; the eval settings they do not read: none
+        ({"curvature.probes": 6}, {"curvature": 3, **LINES, **AGG}),
+        ({"eval.batch_size": 32}, {"perturb": 3, "finetune": 6, **LINES, **AGG}),
+        # the fine-tuning direction's grid: its line lives in the fine-tuning job (no second load)
+        ({"curvature.finetune_lambdas_wide": [-1, 0, 1]}, {"finetune": 6, **LINES, **AGG}),
+        # off: no curvature jobs; fine-tuning jobs rerun once (their line tables become empty)
+        (
+            {"curvature.enabled": False},
+            {"finetune": 6, **{k: v for k, v in AGG.items() if k != "curvature_figures"}},
         ),
     ],
     ids=[
@@ -146,6 +202,10 @@ def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
         "ft-cadence",
         "bench-off",
         "bench-on",
+        "curvature-probes",
+        "eval-batch",
+        "curvature-ft-grid",
+        "curvature-off",
     ],
 )
 def test_config_change_reruns_exactly_the_touched_jobs(smoke_run, tmp_path, change, expected):
