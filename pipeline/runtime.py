@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# what a job's child processes (the ranks of a sharded job) inherit to log like the job itself
+TERMINAL_FD_ENV, LABEL_ENV = "OVERTRAIN_TERMINAL_FD", "OVERTRAIN_JOB_LABEL"
 
 
 class _OwnRecords(logging.Filter):
@@ -61,20 +63,41 @@ def setup_logging(log_file: str | Path | None = None, level: int = logging.INFO)
     os.dup2(fd, 2)
     os.close(fd)
     sys.stdout.reconfigure(line_buffering=True)  # keep prints and records in order in the file
-    to_file = logging.StreamHandler(sys.stderr)  # now the log file, shared with tqdm's writes
+    os.environ[TERMINAL_FD_ENV], os.environ[LABEL_ENV] = str(terminal.fileno()), _job_label(log_file)
+    _log_to(terminal, _job_label(log_file), level)
+    sys.excepthook = _log_uncaught
+
+
+def _log_uncaught(kind, value, tb) -> None:
+    """The traceback of a failing job, once in its log and once in the main log."""
+    logging.getLogger("pipeline").critical("uncaught exception", exc_info=(kind, value, tb))
+
+
+def _log_to(terminal, label: str, level: int, prefix: str = "") -> None:
+    """Records to stderr (the job's log file); our own INFO records also to `terminal` (the main log)."""
+    to_file = logging.StreamHandler(sys.stderr)  # the log file, shared with tqdm's writes
+    to_file.setFormatter(logging.Formatter(prefix + FORMAT))
     to_terminal = logging.StreamHandler(terminal)
     to_terminal.addFilter(_OwnRecords())
-    label = _job_label(log_file).replace("%", "%%")
-    to_terminal.setFormatter(logging.Formatter(f"%(asctime)s [{label}] %(message)s", "%H:%M:%S"))
-    logging.basicConfig(level=level, format=FORMAT, handlers=[to_file], force=True)
+    label = label.replace("%", "%%")
+    to_terminal.setFormatter(logging.Formatter(f"%(asctime)s [{label}] {prefix}%(message)s", "%H:%M:%S"))
+    logging.basicConfig(level=level, handlers=[to_file], force=True)
     logging.getLogger().addHandler(to_terminal)
     logging.captureWarnings(True)
 
-    def log_uncaught(kind, value, tb) -> None:
-        """The traceback of a failing job, once in its log and once in the main log."""
-        logging.getLogger("pipeline").critical("uncaught exception", exc_info=(kind, value, tb))
 
-    sys.excepthook = log_uncaught
+def setup_rank_logging(rank: int) -> None:
+    """Logging of one rank of a sharded job (started by pipeline/train/launch.py): like the job's
+    (`setup_logging`, whose log file and main-log copy it inherits); rank 0 logs at INFO, the other
+    ranks warnings and errors only, prefixed with their rank."""
+    level = logging.INFO if rank == 0 else logging.WARNING
+    fd = os.environ.get(TERMINAL_FD_ENV)
+    if fd is None:
+        logging.basicConfig(level=level, format=f"[rank {rank}] {FORMAT}", force=True)
+        return
+    terminal = open(int(fd), "w", buffering=1, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
+    _log_to(terminal, os.environ.get(LABEL_ENV, "job"), level, prefix="" if rank == 0 else f"[rank {rank}] ")
+    sys.excepthook = _log_uncaught
 
 
 # glibc mallopt parameters

@@ -7,6 +7,7 @@ from pipeline.workflow.config import (
     check_config,
     curvature_section,
     eval_config,
+    finetune_ranks,
     finetune_section,
     task_settings,
 )
@@ -59,6 +60,10 @@ def figure_outputs(rule):
 
 def preset_resources(stage):
     return cluster.preset_resources(stage, DEVICE, CHECKPOINTS)
+
+
+def finetune_resources():
+    return cluster.preset_resources("finetune", DEVICE, CHECKPOINTS, finetune_ranks(config))
 
 
 def fixed_resources(mem_mb, runtime):

@@ -62,7 +62,7 @@ rule finetune:
         "../envs/overtrain.yaml"
     threads: finetune_section(config).get("threads", 1)
     resources:
-        **preset_resources("finetune"),
+        **finetune_resources(),
     params:
         spec=checkpoint_spec,
         hp=finetune_params(config),

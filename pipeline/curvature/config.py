@@ -43,7 +43,7 @@ class CurvatureConfig:
     seeds: tuple[int, ...] | None = None  # Gaussian directions; None: perturb.seeds (the same ε as γ·ε there)
     probes: int = 8  # Hutchinson Rademacher probes (per trace)
     power_iters: int = 8  # power-iteration steps for the top eigenvalue
-    max_tokens: int = field(default=1024, metadata=SHARED)  # held-out tokens (whole documents)
+    max_tokens: int = field(default=512, metadata=SHARED)  # held-out tokens (whole documents)
     batch_size: int = field(default=16, metadata=SHARED)  # windows per forward/backward
     dtype: str = field(
         default="float64", metadata=SHARED

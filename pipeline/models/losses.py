@@ -174,8 +174,13 @@ def fused_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.Tensor] |
     None (callers use the model's own forward) when the model has no separate body and head,
     the head is not a plain Linear without bias, its config names a logit or final-hidden-state
     transform, or a probe forward pass on a few tokens gives other logits (eval mode, no
-    gradients, random state restored, so a resumed run stays bit-identical).
+    gradients, random state restored, so a resumed run stays bit-identical). None for a model
+    sharded with FSDP2: its parameters are gathered by the root's forward, which the body skips.
     """
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(model, FSDPModule):
+        return None
     get_decoder, get_head = getattr(model, "get_decoder", None), getattr(model, "get_output_embeddings", None)
     if get_decoder is None or get_head is None:
         return None

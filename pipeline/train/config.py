@@ -5,8 +5,9 @@ The fields of PretrainConfig and FinetuneConfig are the hyperparameters, with th
 one place they live). A rule passes them to its job through `params:` (`hyperparameters`), so a
 changed value reruns exactly the jobs that read it. Field metadata says where a field goes:
 
-- CADENCE: logging / resume-state cadence. It cannot change a number, so it is not in params (a
-  change reruns nothing) and not in the recorded hyperparameters; the job reads it from the config.
+- EXECUTION: how a run executes (logging / resume-state cadence, activation checkpointing). It
+  cannot change a number, so it is not in params (a change reruns nothing) and not in the recorded
+  hyperparameters; the job reads it from the config.
 - UNRECORDED: reaches the job, but is not a hyperparameter of the result (how a batch is computed).
 - BASE_EVAL: also read by the base model's in-domain evaluation (rule task_base).
 
@@ -21,8 +22,11 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 SCHEDULES = ("cosine", "constant", "constant_with_warmup")
+# fp32: weights, optimizer state and compute in float32. bf16-mixed: float32 master weights and
+# AdamW state, bfloat16 compute, the loss and logits in float32 (pipeline/train/precision.py).
+PRECISIONS = ("fp32", "bf16-mixed")
 
-CADENCE = {"params": False, "recorded": False}
+EXECUTION = {"params": False, "recorded": False}
 UNRECORDED = {"recorded": False}
 BASE_EVAL = {"base_eval": True}
 
@@ -31,7 +35,24 @@ CHECKPOINT_EVERY = 200  # steps between resume states (a killed run resumes from
 
 
 def _cadence(default: int) -> Any:
-    return field(default=default, metadata=CADENCE)
+    return field(default=default, metadata=EXECUTION)
+
+
+def resolve_precision(precision: str | None, device: str) -> str:
+    """The precision policy a run uses: the configured one, or by device when null (bf16-mixed
+    on CUDA, fp32 elsewhere: CPUs without bf16 units run bf16 several times slower)."""
+    if precision is None:
+        return "bf16-mixed" if str(device).startswith("cuda") else "fp32"
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision: {precision!r} is unknown; expected one of {PRECISIONS} or null")
+    return precision
+
+
+def _check_precision(section: str, precision: str | None) -> None:
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(
+            f"{section}.precision: {precision!r} is unknown; expected one of {PRECISIONS} or null"
+        )
 
 
 @dataclass(frozen=True)
@@ -45,6 +66,7 @@ class TrainConfig:
     warmup_fraction: float = 0.1
     schedule: str = "cosine"
     grad_clip: float | None = 1.0
+    precision: str = "fp32"  # one of PRECISIONS (resolved: not null)
     checkpoint_every: int = _cadence(CHECKPOINT_EVERY)
     log_every: int = _cadence(LOG_EVERY)
 
@@ -81,11 +103,16 @@ class PretrainConfig:
     seed: int
     warmup_steps: int | None = None  # when set, replaces warmup_fraction
     grad_clip: float | None = 1.0
+    precision: str | None = None  # PRECISIONS; null: bf16-mixed on CUDA, fp32 elsewhere
+    activation_checkpointing: bool = field(default=False, metadata=EXECUTION)  # recompute per layer
     checkpoint_every: int = _cadence(CHECKPOINT_EVERY)
     log_every: int = _cadence(LOG_EVERY)
 
-    def train_config(self, steps: int) -> TrainConfig:
-        """The loop's config of a run of `steps` steps: cosine to zero at the budget."""
+    def __post_init__(self) -> None:
+        _check_precision("pretrain", self.precision)
+
+    def train_config(self, steps: int, device: str = "cpu") -> TrainConfig:
+        """The loop's config of a run of `steps` steps on `device`: cosine to zero at the budget."""
         return TrainConfig(
             steps=steps,
             lr=self.lr,
@@ -94,6 +121,7 @@ class PretrainConfig:
             warmup_fraction=warmup_fraction_of(self.warmup_fraction, self.warmup_steps, steps),
             schedule="cosine",
             grad_clip=self.grad_clip,
+            precision=resolve_precision(self.precision, device),
             checkpoint_every=self.checkpoint_every,
             log_every=self.log_every,
         )
@@ -112,6 +140,7 @@ class FinetuneConfig:
         "lambdas": "wildcard {lam}",
         "seeds": "wildcard {seed}",
         "threads": "job threads (cannot change a number)",
+        "ranks": "processes per job, resources.ranks (FSDP2; changes no number beyond float rounding)",
     }
 
     epochs: int = 4
@@ -130,6 +159,8 @@ class FinetuneConfig:
     eval_batch_size: int = field(default=64, metadata=BASE_EVAL)
     # LM and chat tasks: validation/test documents up to this many tokens
     eval_max_tokens: int | None = field(default=None, metadata=BASE_EVAL)
+    precision: str | None = None  # PRECISIONS; null: bf16-mixed on CUDA, fp32 elsewhere
+    activation_checkpointing: bool = field(default=False, metadata=EXECUTION)  # recompute per layer
     checkpoint_every: int = _cadence(CHECKPOINT_EVERY)
     log_every: int = _cadence(LOG_EVERY)
 
@@ -140,13 +171,14 @@ class FinetuneConfig:
             raise ValueError("finetune.epochs and finetune.max_steps must be >= 1")
         if self.warmup_steps is not None and self.warmup_steps < 0:
             raise ValueError(f"finetune.warmup_steps must be >= 0 or null, got {self.warmup_steps}")
+        _check_precision("finetune", self.precision)
 
     def warmup_fraction_of(self, total_steps: int) -> float:
         """The warmup as a fraction of a run of `total_steps` (warmup_steps, when set, wins)."""
         return warmup_fraction_of(self.warmup_fraction, self.warmup_steps, total_steps)
 
-    def train_config(self, steps: int, lr: float) -> TrainConfig:
-        """The loop's config of a run of `steps` steps at learning rate `lr` (a grid value)."""
+    def train_config(self, steps: int, lr: float, device: str = "cpu") -> TrainConfig:
+        """The loop's config of a run of `steps` steps at learning rate `lr` (a grid value) on `device`."""
         return TrainConfig(
             steps=steps,
             lr=lr,
@@ -155,12 +187,13 @@ class FinetuneConfig:
             warmup_fraction=self.warmup_fraction_of(steps),
             schedule=self.schedule,
             grad_clip=self.grad_clip,
+            precision=resolve_precision(self.precision, device),
             checkpoint_every=self.checkpoint_every,
             log_every=self.log_every,
         )
 
     def recorded(self) -> dict:
-        """The hyperparameters a result row records (`extra`): all but cadence and UNRECORDED."""
+        """The hyperparameters a result row records (`extra`): all but EXECUTION and UNRECORDED."""
         return {k: v for k, v in asdict(self).items() if _meta(type(self), k).get("recorded", True)}
 
 
@@ -169,14 +202,14 @@ def _meta(cls: type, name: str) -> dict:
 
 
 def changes_numbers(cls: type, name: str) -> bool:
-    """Whether field `name` of `cls` can change a number (cadence cannot)."""
+    """Whether field `name` of `cls` can change a number (EXECUTION fields cannot)."""
     return _meta(cls, name).get("params", True)
 
 
 def hyperparameters(cls: type, section: dict, base_eval_only: bool = False) -> dict:
     """A rule's `params:` for the run config `cls`: every field that can change a number, from the
     config section or its default (base_eval_only: the BASE_EVAL fields only). Keys of the section
-    that are not fields (OTHER_KEYS, cadence) are left out."""
+    that are not fields (OTHER_KEYS) and EXECUTION fields are left out."""
     out = {}
     for f in fields(cls):
         if not f.metadata.get("params", True) or (base_eval_only and not f.metadata.get("base_eval")):
@@ -190,7 +223,7 @@ def hyperparameters(cls: type, section: dict, base_eval_only: bool = False) -> d
     return out
 
 
-def cadence(cls: type, section: dict) -> dict:
-    """The cadence fields of `cls` from a config section (or their defaults): a job reads them from
-    the config, not from params, so changing them reruns nothing."""
+def execution(cls: type, section: dict) -> dict:
+    """The EXECUTION fields of `cls` from a config section (or their defaults): a job reads them
+    from the config, not from params, so changing them reruns nothing."""
     return {f.name: section.get(f.name, f.default) for f in fields(cls) if not f.metadata.get("params", True)}

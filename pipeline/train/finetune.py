@@ -13,6 +13,7 @@ A killed job resumes from its last state file (best epoch so far included).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Callable
@@ -33,11 +34,23 @@ from pipeline.evaluate.benchmarks import configured_rows, eval_configured
 from pipeline.evaluate.heldout import EVAL_METRICS, heldout_eval_set
 from pipeline.evaluate.perplexity import eval_perplexity
 from pipeline.evaluate.tasks import eval_task
-from pipeline.io import atomic_path
 from pipeline.models.checkpoints import CheckpointSpec, load_checkpoint
 from pipeline.tables import metric_row
-from pipeline.train.config import FinetuneConfig
+from pipeline.train.best_epoch import BestEpoch
+from pipeline.train.config import FinetuneConfig, resolve_precision
+from pipeline.train.distributed import (
+    SINGLE,
+    Ranks,
+    all_sum,
+    check_same,
+    local,
+    remove_sharded,
+    reshard,
+    shard_model,
+)
 from pipeline.train.loop import train
+from pipeline.train.precision import compute_context
+from pipeline.train.recompute import enable_activation_checkpointing
 
 log = logging.getLogger(__name__)
 
@@ -50,22 +63,31 @@ TASK_METRICS = {
 
 
 def proximal_term(model: torch.nn.Module, reference: dict[str, torch.Tensor], lam: float):
-    """λ‖θ − θ_ref‖² over all trainable parameters (a callable for `train(extra_loss=...)`)."""
+    """λ‖θ − θ_ref‖² over all trainable parameters (a callable for `train(extra_loss=...)`); in a
+    sharded run over this rank's shards (`reference` holds them), whose gradients it alone adds."""
 
     def term(m: torch.nn.Module) -> torch.Tensor:
-        diffs = [(p - reference[n]).pow(2).sum() for n, p in m.named_parameters() if p.requires_grad]
+        diffs = [(local(p) - reference[n]).pow(2).sum() for n, p in m.named_parameters() if p.requires_grad]
         return lam * torch.stack(diffs).sum()
 
     return term
 
 
 @torch.no_grad()
-def weight_distance(model: torch.nn.Module, reference: dict[str, torch.Tensor]) -> float:
-    """‖θ − θ_ref‖₂ over all parameters, accumulated in float64."""
-    total = 0.0
+def weight_distance(
+    model: torch.nn.Module, reference: dict[str, torch.Tensor], ranks: Ranks = SINGLE
+) -> float:
+    """‖θ − θ_ref‖₂ over all parameters, accumulated in float64 (sharded: over every rank's shards)."""
+    total = torch.zeros((), dtype=torch.float64)
     for n, p in model.named_parameters():
-        total += float((p.detach().double() - reference[n].to(p.device).double()).pow(2).sum())
-    return math.sqrt(total)
+        mine = local(p).detach()
+        total += (mine.double() - reference[n].to(mine.device).double()).pow(2).sum().cpu()
+    return math.sqrt(float(all_sum(total.to(_collective_device(ranks, model)), ranks)))
+
+
+def _collective_device(ranks: Ranks, model: torch.nn.Module) -> torch.device:
+    """Where a collective's tensors live: the model's device (NCCL needs GPU tensors)."""
+    return next(model.parameters()).device if ranks.sharded else torch.device("cpu")
 
 
 def _eval_data(task, tokenizer, max_len: int, cfg: FinetuneConfig) -> dict:
@@ -163,6 +185,7 @@ def finetune_run(
     stop_after: int | None = None,
     bench_cfg: dict | None = None,
     after: Callable[[torch.nn.Module, object, dict[str, torch.Tensor]], None] | None = None,
+    ranks: Ranks = SINGLE,
 ) -> list[dict]:
     """Fine-tune, pick the best epoch on ID validation, evaluate; tidy metric rows.
 
@@ -172,40 +195,44 @@ def finetune_run(
     stop_after: stop as if killed after this many steps (tests of resumption); returns [].
     after: called last, once every row is computed, as after(model at θ_ft, tokenizer, θ_pre by name),
     e.g. the curvature stage's line along θ_ft − θ_pre (both in memory: no second load); it may
-    modify the model.
+    modify the model. Not in a sharded run (the line needs the whole model in one process).
+    ranks: a run over several processes (pipeline.train.distributed; `device` is this rank's):
+    the model is sharded with FSDP2 after loading; every rank returns the same rows.
     """
     if learning_rate <= 0:
         raise ValueError(f"finetune.learning_rates: a learning rate must be > 0, got {learning_rate}")
     if lambda_reg < 0:
         raise ValueError(f"finetune.lambdas: λ must be >= 0, got {lambda_reg}")
     torch.manual_seed(seed)
-    # fp32 weights for training on every device (AdamW on bf16 weights loses small updates)
+    cfg = dataclasses.replace(cfg, precision=resolve_precision(cfg.precision, device))  # recorded resolved
+    # fp32 (master) weights for training on every device (AdamW on bf16 weights loses small updates)
     model, tokenizer, _, _ = load_checkpoint(spec, path, device, dtype=torch.float32)
+    if cfg.activation_checkpointing:
+        enable_activation_checkpointing(model)
+    check_same(cfg, ranks, "the fine-tuning config")
+    reference_device = device if lambda_reg > 0 else "cpu"
+    if ranks.sharded:
+        shard_model(model, cfg.precision)
+    reference = {n: local(p).detach().to(reference_device, copy=True) for n, p in model.named_parameters()}
+    compute = compute_context(cfg.precision, torch.device(device), sharded=ranks.sharded)
     task = read_task(task_name, task_path)
     max_len = _context(model, cfg)
     batch_fn, per_epoch = _train_data(task, tokenizer, max_len, cfg, seed)
     evals = _eval_data(task, tokenizer, max_len, cfg)
     total = per_epoch * cfg.epochs if cfg.max_steps is None else min(per_epoch * cfg.epochs, cfg.max_steps)
     boundaries = sorted({s for s in range(per_epoch, total + 1, per_epoch)} | {total})
-    reference_device = device if lambda_reg > 0 else "cpu"
-    reference = {n: p.detach().to(reference_device, copy=True) for n, p in model.named_parameters()}
-    train_cfg = cfg.train_config(total, learning_rate)
+    train_cfg = cfg.train_config(total, learning_rate, device)
     state_dir = Path(state_dir)
-    best_file = state_dir / "best.pt"
-    best = (
-        torch.load(best_file, weights_only=False)
-        if best_file.is_file()
-        else {"step": 0, "loss": math.inf, "history": [], "state": None}
-    )
+    best = BestEpoch(state_dir, ranks)
 
     def at_epoch_end(step: int) -> None:
         if step not in boundaries:
             return
-        val = eval_task(model, evals["validation"], tokenizer.pad_token_id, cfg.eval_batch_size)
-        best["history"] = [h for h in best["history"] if h["step"] != step]  # a resumed run re-evaluates
-        best["history"].append(
-            {"step": step, "epoch": step / per_epoch, "val_loss": val["loss"], "val_ppl": val["ppl"]}
-        )
+        with compute:
+            val = eval_task(model, evals["validation"], tokenizer.pad_token_id, cfg.eval_batch_size)
+        reshard(model)
+        record = {"step": step, "epoch": step / per_epoch, "val_loss": val["loss"], "val_ppl": val["ppl"]}
+        best.update(model, record, val["loss"], final=step >= total)
         log.info(
             "step %d (epoch %.2f): ID validation loss %.4f ppl %.3f",
             step,
@@ -213,15 +240,6 @@ def finetune_run(
             val["loss"],
             val["ppl"],
         )
-        if math.isfinite(val["loss"]) and val["loss"] < best["loss"]:
-            best.update(
-                step=step,
-                loss=val["loss"],
-                state={k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()},
-            )
-        if step < total:
-            with atomic_path(best_file) as tmp:
-                torch.save(best, tmp)
 
     log.info(
         "fine-tuning %s on %s: lr %g, λ %g, seed %d, %d steps (%d per epoch, evaluations at %s)",
@@ -235,23 +253,22 @@ def finetune_run(
         boundaries,
     )
     extra_loss = proximal_term(model, reference, lambda_reg) if lambda_reg > 0 else None
+    train_state = state_dir / ("train.dcp" if ranks.sharded else "train.pt")
     result = train(
         model,
         batch_fn,
         train_cfg,
-        state_path=state_dir / "train.pt",
+        state_path=train_state,
         stop_after=stop_after,
         extra_loss=extra_loss,
         on_step_end=at_epoch_end,
         micro_batch_size=cfg.micro_batch_size,
+        ranks=ranks,
     )
     if stop_after is not None and result.steps_done < total and not result.diverged:
         return []
-    if best["state"] is not None and best["step"] != result.steps_done:
-        model.load_state_dict(best["state"])
-        log.info(
-            "early stopping: restored step %d (best ID validation loss %.4f)", best["step"], best["loss"]
-        )
+    if best.restore(model, result.steps_done):
+        log.info("early stopping: restored step %d (best ID validation loss %.4f)", best.step, best.loss)
 
     pretrain_data = heldout_eval_set(
         corpus_path,
@@ -260,21 +277,24 @@ def finetune_run(
         min(eval_cfg.get("seq_len") or max_len, model.config.max_position_embeddings),
         eval_cfg.get("max_tokens"),
     )
-    pre = eval_perplexity(model, pretrain_data, batch_size=eval_cfg["batch_size"])
-    ident = {
-        s: eval_task(model, data, tokenizer.pad_token_id, cfg.eval_batch_size) for s, data in evals.items()
-    }
-    distance = weight_distance(model, reference)
+    with compute:
+        pre = eval_perplexity(model, pretrain_data, batch_size=eval_cfg["batch_size"])
+        ident = {
+            s: eval_task(model, data, tokenizer.pad_token_id, cfg.eval_batch_size)
+            for s, data in evals.items()
+        }
+    reshard(model)
+    distance = weight_distance(model, reference, ranks)
     tokens_per_step = cfg.batch_size * max_len if task.kind == "lm" else None
     extra = {
         **cfg.recorded(),
         "steps": result.steps_done,
         "steps_per_epoch": per_epoch,
-        "best_step": best["step"],
-        "best_epoch": best["step"] / per_epoch,
+        "best_step": best.step,
+        "best_epoch": best.step / per_epoch,
         "train_tokens": tokens_per_step * result.steps_done if tokens_per_step else None,
         "final_train_loss": result.losses[-1] if result.losses else None,
-        "history": best["history"],
+        "history": best.history,
     }  # no wall-clock times here: the table must be identical across machines and reruns
     common = dict(
         **spec.row_fields(study),
@@ -306,8 +326,13 @@ def finetune_run(
         distance,
         result.seconds,
     )
-    for f in (state_dir / "train.pt", best_file):
-        f.unlink(missing_ok=True)
-    if after is not None:
+    if ranks.sharded:
+        remove_sharded(train_state, ranks)
+    else:
+        train_state.unlink(missing_ok=True)
+    best.remove()
+    if after is not None and ranks.sharded:
+        log.warning("sharded run: no curvature line along θ_ft − θ_pre (it needs the model in one process)")
+    elif after is not None:
         after(model, tokenizer, reference)
     return rows

@@ -28,6 +28,15 @@ from transformers import (
 from pipeline.io import atomic_path
 from pipeline.models.losses import IGNORE_INDEX, body_hidden, fused_head, fused_linear_cross_entropy
 from pipeline.train.config import SCHEDULES, TrainConfig
+from pipeline.train.distributed import (
+    SINGLE,
+    Ranks,
+    all_sum,
+    load_sharded,
+    save_sharded,
+    sharded_state_exists,
+)
+from pipeline.train.precision import check_precision, compute_context, fp32_output_layer
 
 log = logging.getLogger(__name__)
 
@@ -143,14 +152,20 @@ def _micro_batches(batch: dict[str, torch.Tensor], size: int | None) -> list[dic
 
 
 def _save_state(
-    path: Path, model, optimizer, scheduler, result: TrainResult, seconds: float, fingerprint: str
+    path: Path,
+    model,
+    optimizer,
+    scheduler,
+    result: TrainResult,
+    seconds: float,
+    fingerprint: str,
+    ranks: Ranks,
 ) -> None:
-    """Everything a killed run needs to continue bit-identically, written atomically."""
+    """Everything a killed run needs to continue bit-identically, written atomically (sharded runs:
+    a torch.distributed.checkpoint directory)."""
     state = {
         "step": result.steps_done,
         "fingerprint": fingerprint,
-        "model": model.state_dict(),
-        "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
         "rng_cpu": torch.get_rng_state(),
         "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
@@ -158,8 +173,23 @@ def _save_state(
         "lrs": result.lrs,
         "seconds": seconds,
     }
+    if ranks.sharded:
+        save_sharded(path, model, optimizer, state, ranks)
+        return
     with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+        torch.save(state | {"model": model.state_dict(), "optimizer": optimizer.state_dict()}, tmp)
+
+
+def _load_state(path: Path, model, optimizer, device: torch.device, ranks: Ranks) -> dict | None:
+    """The resume state at `path` (model and optimizer restored), or None when there is none."""
+    if ranks.sharded:
+        return load_sharded(path, model, optimizer) if sharded_state_exists(path) else None
+    if not path.exists():
+        return None
+    state = torch.load(path, map_location=device, weights_only=False)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    return state
 
 
 def train(
@@ -171,6 +201,7 @@ def train(
     extra_loss: Callable[[torch.nn.Module], torch.Tensor] | None = None,
     on_step_end: Callable[[int], None] | None = None,
     micro_batch_size: int | None = None,
+    ranks: Ranks = SINGLE,
 ) -> TrainResult:
     """Train `model` for `cfg.steps` steps on `batch_fn(step)` batches.
 
@@ -184,6 +215,8 @@ def train(
     micro_batch_size: gradient accumulation: forward/backward this many rows of a batch at a
         time, each part's mean loss weighted by its share of the batch's scored tokens (the
         gradient is the whole batch's; None: the whole batch at once).
+    ranks: a sharded run (pipeline.train.distributed): `model` is sharded with FSDP2, each rank
+        takes its rows of every global batch and `extra_loss` covers its own shards.
     A non-finite loss stops the run and marks it diverged instead of raising.
     """
     device = next(model.parameters()).device
@@ -192,15 +225,13 @@ def train(
     result = TrainResult(steps_done=0)
     fingerprint = cfg.fingerprint()
     state_path = Path(state_path) if state_path else None
-    if state_path and state_path.exists():
-        state = torch.load(state_path, map_location=device, weights_only=False)
+    state = _load_state(state_path, model, optimizer, device, ranks) if state_path else None
+    if state is not None:
         if state["fingerprint"] != fingerprint:
             raise ValueError(
                 f"resume file {state_path} was written by a run with other hyperparameters; "
                 "delete it to start over"
             )
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng_cpu"])
         if state["rng_cuda"] is not None and torch.cuda.is_available():
@@ -215,26 +246,34 @@ def train(
         log.info("resumed from %s at step %d/%d", state_path, state["step"], cfg.steps)
 
     model.train()
+    check_precision(cfg.precision, device)
     head = fused_head(model)  # (body, head weight), or None: the model's forward transforms its logits
+    if head is None and cfg.precision != "fp32" and not ranks.sharded:
+        fp32_output_layer(model)
+    compute = compute_context(cfg.precision, device, sharded=ranks.sharded)
     pending: list[torch.Tensor] = []
     t0, tokens_since, step0 = time.perf_counter(), 0, result.steps_done
     for step in range(result.steps_done, cfg.steps):
-        batch = {k: v.to(device, non_blocking=True) for k, v in batch_fn(step).items()}
-        parts = _micro_batches(batch, micro_batch_size)
-        if len(parts) == 1:
-            loss = _batch_loss(model, head, batch)
+        batch = batch_fn(step)  # the global batch: the same on every rank
+        scored = (batch["labels"] != IGNORE_INDEX).sum().clamp(min=1)
+        mine = {k: v[ranks.rows(len(v))].to(device, non_blocking=True) for k, v in batch.items()}
+        parts = _micro_batches(mine, micro_batch_size)
+        if len(parts) == 1 and not ranks.sharded:
+            with compute:
+                loss = _batch_loss(model, head, mine)
             total = loss + extra_loss(model) if extra_loss is not None else loss
             total.backward()
-        else:
-            scored = (batch["labels"] != IGNORE_INDEX).sum().clamp(min=1)
+        else:  # each part's mean loss weighted by its share of the global batch's scored tokens
             loss = torch.zeros((), device=device)
             for part in parts:
-                share = (part["labels"] != IGNORE_INDEX).sum() / scored
-                part_loss = _batch_loss(model, head, part) * share
+                share = (part["labels"] != IGNORE_INDEX).sum().to(scored.device) / scored
+                with compute:
+                    part_loss = _batch_loss(model, head, part) * share.to(device)
                 part_loss.backward()
                 loss += part_loss.detach()
             if extra_loss is not None:
                 extra_loss(model).backward()
+            all_sum(loss, ranks)  # the global batch's mean loss on every rank
         if cfg.grad_clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip, foreach=True)
         result.lrs.append(scheduler.get_last_lr()[0])
@@ -242,7 +281,7 @@ def train(
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         pending.append(loss.detach())
-        tokens_since += int((batch["labels"] != IGNORE_INDEX).sum())
+        tokens_since += int(scored)
         result.steps_done = step + 1
         last = result.steps_done == cfg.steps
         stopping = stop_after is not None and result.steps_done >= stop_after
@@ -271,7 +310,14 @@ def train(
                 break
             if state_path and (result.steps_done % cfg.checkpoint_every == 0 or stopping) and not last:
                 _save_state(
-                    state_path, model, optimizer, scheduler, result, result.seconds + elapsed, fingerprint
+                    state_path,
+                    model,
+                    optimizer,
+                    scheduler,
+                    result,
+                    result.seconds + elapsed,
+                    fingerprint,
+                    ranks,
                 )
         if on_step_end is not None:
             on_step_end(result.steps_done)

@@ -15,6 +15,7 @@ from pipeline.models.build import build_model, count_parameters, init_std, model
 from pipeline.models.presets import steps_for_budget
 from pipeline.train.config import PretrainConfig
 from pipeline.train.loop import ChunkSampler, train
+from pipeline.train.recompute import enable_activation_checkpointing
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +46,11 @@ def pretrain_run(
     model = build_model(config, seed=cfg.seed)
     stds = init_std(model)
     model.to(device)
+    if cfg.activation_checkpointing:
+        enable_activation_checkpointing(model)
     tokens = np.load(train_tokens, mmap_mode="r")
     sampler = ChunkSampler(tokens, cfg.seq_len, cfg.batch_size, seed=cfg.seed)
-    train_cfg = cfg.train_config(steps_for_budget(budget, cfg.batch_size, cfg.seq_len))
+    train_cfg = cfg.train_config(steps_for_budget(budget, cfg.batch_size, cfg.seq_len), device)
     log.info(
         "pre-training %s (%d params) for %d steps = %d tokens (budget %d)",
         preset,

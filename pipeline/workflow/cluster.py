@@ -40,10 +40,11 @@ def job_params(wildcards: Any, checkpoints: Checkpoints) -> int | None:
     return spec.params if spec is not None and spec.source == "hub" else None
 
 
-def preset_resources(stage: str, device: str, checkpoints: Checkpoints) -> dict[str, Any]:
+def preset_resources(stage: str, device: str, checkpoints: Checkpoints, ranks: int = 1) -> dict[str, Any]:
     """resources: callables sized from the job's model preset (a hub checkpoint: from its parameter
     count); mem_mb and runtime grow with the attempt (`--retries`, profiles/slurm), so a job killed
-    for memory or time comes back larger."""
+    for memory or time comes back larger. `ranks`: processes of a sharded job (pipeline/train/
+    distributed.py), one GPU each with `device: cuda`; each rank loads the model on the host."""
     sized_for = "cuda" if gpu_count(device) else "cpu"
 
     def get(wildcards: Any, key: str, attempt: int) -> int:
@@ -51,9 +52,10 @@ def preset_resources(stage: str, device: str, checkpoints: Checkpoints) -> dict[
         return job_resources(preset, stage, sized_for, params)[key] * attempt
 
     return {
-        "mem_mb": lambda wc, attempt: get(wc, "mem_mb", attempt),
+        "mem_mb": lambda wc, attempt: get(wc, "mem_mb", attempt) * ranks,
         "runtime": lambda wc, attempt: get(wc, "runtime", attempt),
-        "gpu": gpu_count(device),  # one device per job whatever the model (presets.job_resources)
+        "gpu": gpu_count(device) * ranks,
+        "ranks": ranks,  # the job starts this many processes (torchrun) when > 1
     }
 
 
@@ -106,14 +108,22 @@ def check_cluster_jobs(jobs: Iterable, executor: str | None, device: str, checkp
         keys = job.wildcards.keys()
         on_model = "model" in keys or "checkpoint" in keys
         preset = job_preset(job.wildcards, checkpoints) if on_model else None
-        allowed = max_gpus(preset, device, job_params(job.wildcards, checkpoints)) if preset else 0
+        ranks = int(resources.get("ranks", 1) or 1)
+        allowed = max_gpus(preset, device, job_params(job.wildcards, checkpoints)) * ranks if preset else 0
         asked = requested_gpus(resources)
         if asked > allowed:
             what = f"a job of model preset {preset!r}" if preset else "this step (it runs no model)"
             raise WorkflowError(
                 f"cluster profile: {name} asks for {asked} GPUs (resource gpu/gres), but {what} can use at "
-                f"most {allowed} (one device per job, none with device cpu); lower gpu for {name} under "
-                "set-resources"
+                f"most {allowed} (one device per rank, {ranks} rank(s), none with device cpu); lower gpu "
+                f"for {name} under set-resources"
+            )
+        if asked > 1 and resources.get("tasks"):
+            raise WorkflowError(
+                f"cluster profile: {name} runs {asked} GPUs as one task (torchrun starts the ranks), but it "
+                f"sets tasks={resources.get('tasks')}, which the slurm executor plugin turns into "
+                f"--ntasks-per-gpu (a {asked}-GPU job would run as {asked} one-GPU tasks); remove tasks "
+                f"for {name}"
             )
 
 

@@ -297,6 +297,11 @@ def finetune_section(config: dict) -> dict:
     return config.get("finetune") or {}
 
 
+def finetune_ranks(config: dict) -> int:
+    """Processes of one fine-tuning job (FSDP2 under torchrun when > 1; one GPU each on CUDA)."""
+    return int(finetune_section(config).get("ranks") or 1)
+
+
 def finetune_enabled(config: dict) -> bool:
     ft = finetune_section(config)
     return bool(ft.get("enabled", True)) and bool(ft.get("tasks"))

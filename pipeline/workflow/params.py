@@ -22,13 +22,13 @@ from pipeline.workflow.config import (
     finetune_section,
 )
 
-# config keys that cannot change a number in any section: the run configs' cadence, and threads
+# config keys that cannot change a number in any section: the run configs EXECUTION fields, threads, ranks
 UNNUMBERED = {
     f.name
     for cls in (PretrainConfig, FinetuneConfig)
     for f in fields(cls)
     if not changes_numbers(cls, f.name)
-} | {"threads"}
+} | {"threads", "ranks"}
 
 
 def pretrain_params(config: dict) -> dict:

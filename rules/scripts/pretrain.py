@@ -1,13 +1,14 @@
 """Rule pretrain: one (preset, budget) run of the pre-training sweep, resumable."""
 
 from pipeline.runtime import pick_device, set_threads, setup_logging
-from pipeline.train.config import PretrainConfig, cadence
+from pipeline.train.config import PretrainConfig, execution
 from pipeline.train.pretrain import pretrain_run
 
 setup_logging(snakemake.log[0])
 set_threads(snakemake.threads)
-# logging / resume-state cadence is read from the config, not params: changing it reruns nothing
-cfg = PretrainConfig(**snakemake.params.hp, **cadence(PretrainConfig, snakemake.config["pretrain"]))
+# how the run executes (logging / resume cadence, activation checkpointing) is read from the
+# config, not params: changing it reruns nothing
+cfg = PretrainConfig(**snakemake.params.hp, **execution(PretrainConfig, snakemake.config["pretrain"]))
 pretrain_run(
     train_tokens=snakemake.input.tokens,
     tokenizer_path=snakemake.input.tokenizer,

@@ -71,6 +71,25 @@ def test_gpu_request_of_a_model_job():
     assert preset_resources("pretrain", "cuda", CHECKPOINTS)["gpu"] == 1
 
 
+def test_a_sharded_job_asks_for_one_gpu_per_rank_and_host_memory_for_each():
+    one, two = (preset_resources("finetune", "cuda", CHECKPOINTS, ranks=n) for n in (1, 2))
+    assert (one["gpu"], one["ranks"], two["gpu"], two["ranks"]) == (1, 1, 2, 2)
+    wc = Wildcards(checkpoint=HUB.name)
+    assert two["mem_mb"](wc, 1) == 2 * one["mem_mb"](wc, 1)
+    cpu = preset_resources("finetune", "cpu", CHECKPOINTS, ranks=2)
+    assert (cpu["gpu"], cpu["ranks"]) == (0, 2)  # gloo processes
+    two_ranks = job("finetune", {"gpu": 2, "ranks": 2}, checkpoint=HUB.name)
+    check_cluster_jobs([two_ranks], "slurm", "cuda", CHECKPOINTS)
+    # the executor plugin maps `tasks` of a GPU job to --ntasks-per-gpu: 2 one-GPU tasks (peers.md)
+    as_tasks = job("finetune", {"gpu": 2, "ranks": 2, "tasks": 1}, checkpoint=HUB.name)
+    with pytest.raises(WorkflowError, match="--ntasks-per-gpu .* remove tasks for finetune"):
+        check_cluster_jobs([as_tasks], "slurm", "cuda", CHECKPOINTS)
+    with pytest.raises(WorkflowError, match="asks for 4 GPUs .* 2 rank"):
+        check_cluster_jobs(
+            [job("finetune", {"gpu": 4, "ranks": 2}, checkpoint=HUB.name)], "slurm", "cuda", CHECKPOINTS
+        )
+
+
 def test_resources_grow_with_the_attempt():
     res = preset_resources("finetune", "cpu", CHECKPOINTS)
     for wc in (Wildcards(model="tiny", budget="1000"), Wildcards(checkpoint=SWEEP.name)):

@@ -12,11 +12,11 @@ from workflow_utils import ROOT, smoke_config, workflow_config
 
 from pipeline.curvature.config import CurvatureConfig
 from pipeline.train.config import (
-    CADENCE,
+    EXECUTION,
     FinetuneConfig,
     PretrainConfig,
     TrainConfig,
-    cadence,
+    execution,
     changes_numbers,
     hyperparameters,
 )
@@ -61,8 +61,9 @@ def test_defaults_live_in_one_place(section):
             assert spec["properties"][f.name]["default"] == f.default, f.name
 
 
-def test_cadence_has_one_default():
-    """log_every / checkpoint_every: the same default in every run config (they disagreed once)."""
+def test_execution_fields_have_one_default():
+    """log_every / checkpoint_every: the same default in every run config (they disagreed once);
+    they and activation checkpointing change no number, so they are not params."""
     for name in ("log_every", "checkpoint_every"):
         assert (
             len(
@@ -73,23 +74,23 @@ def test_cadence_has_one_default():
             )
             == 1
         )
-    assert UNNUMBERED == {"log_every", "checkpoint_every", "threads"}
+    assert UNNUMBERED == {"log_every", "checkpoint_every", "activation_checkpointing", "threads", "ranks"}
 
 
 def test_params_are_the_fields_that_change_numbers():
     cfg = workflow_config(smoke_config())
     validate_config(cfg, SCHEMA)
     hp = finetune_params(cfg)
-    assert set(hp) == {f.name for f in fields(FinetuneConfig) if f.metadata != CADENCE}
+    assert set(hp) == {f.name for f in fields(FinetuneConfig) if f.metadata != EXECUTION}
     assert hp["max_steps"] == 16 and hp["warmup_steps"] is None  # from the config / the default
     assert set(task_base_params(cfg)) == {"seq_len", "eval_batch_size", "eval_max_tokens"}
     assert set(pretrain_params(cfg)) == {
         f.name for f in fields(PretrainConfig) if changes_numbers(PretrainConfig, f.name)
     }
-    # the job's config: params + cadence from the config, the same values as the config's
-    ft = FinetuneConfig(**hp, **cadence(FinetuneConfig, cfg["finetune"]))
+    # the job's config: params + EXECUTION fields from the config, the same values as the config's
+    ft = FinetuneConfig(**hp, **execution(FinetuneConfig, cfg["finetune"]))
     assert (ft.batch_size, ft.seq_len, ft.log_every) == (8, 64, cfg["finetune"].get("log_every", 50))
-    pt = PretrainConfig(**pretrain_params(cfg), **cadence(PretrainConfig, cfg["pretrain"]))
+    pt = PretrainConfig(**pretrain_params(cfg), **execution(PretrainConfig, cfg["pretrain"]))
     assert (pt.lr, pt.log_every, pt.checkpoint_every) == (3.0e-2, 50, 100)
     prov = provenance_config(cfg)
     assert "analysis" not in prov and not UNNUMBERED & (set(prov["pretrain"]) | set(prov["finetune"]))
@@ -103,7 +104,7 @@ def test_a_new_field_reaches_the_job_without_a_key_list():
     class Extended:
         lr: float
         label_smoothing: float = 0.0
-        log_every: int = field(default=50, metadata=CADENCE)
+        log_every: int = field(default=50, metadata=EXECUTION)
 
     assert hyperparameters(Extended, {"lr": 1e-3, "log_every": 7}) == {"lr": 1e-3, "label_smoothing": 0.0}
     with pytest.raises(KeyError, match="lr"):
@@ -113,7 +114,10 @@ def test_a_new_field_reaches_the_job_without_a_key_list():
 def test_run_configs_build_the_same_loop_config():
     """The loop's config (and its resume fingerprint, which resume files store) as the runs built it."""
     pt = PretrainConfig(128, 16, 3e-2, [0.9, 0.95], 0.1, 0.1, 0, log_every=7)
-    assert pt.train_config(100) == TrainConfig(100, 3e-2, (0.9, 0.95), 0.1, 0.1, "cosine", 1.0, 200, 7)
+    assert pt.train_config(100) == TrainConfig(
+        100, 3e-2, (0.9, 0.95), 0.1, 0.1, "cosine", 1.0, precision="fp32", checkpoint_every=200, log_every=7
+    )
+    assert pt.train_config(100, "cuda").precision == "bf16-mixed"  # null precision: by device
     assert (
         PretrainConfig(128, 16, 3e-2, [0.9, 0.95], 0.1, 0.1, 0, warmup_steps=5)
         .train_config(100)
@@ -128,6 +132,7 @@ def test_run_configs_build_the_same_loop_config():
         train.fingerprint() == hashlib.sha256(json.dumps(numbers, sort_keys=True).encode()).hexdigest()[:16]
     )
     assert "micro_batch_size" not in ft.recorded() and "log_every" not in ft.recorded()
+    assert "activation_checkpointing" not in ft.recorded() and ft.recorded()["precision"] is None
 
 
 def test_curvature_params_split_between_its_jobs():

@@ -1,0 +1,198 @@
+"""One training run over N processes (ranks) with FSDP2 (`torch.distributed.fsdp.fully_shard`).
+
+Parameters, gradients and AdamW state are sharded per decoder layer, so a rank holds 1/N of the
+16 bytes per parameter of float32 weights + gradients + two moments. Every rank reads the same
+global batch (a pure function of the step) and computes its own rows; gradients are summed
+across ranks, so a step is the one-process step up to float rounding, whatever N. Started by
+torchrun inside one job (pipeline/train/launch.py): NCCL on GPUs, gloo on CPUs (the tests).
+The resume state is a `torch.distributed.checkpoint` directory, valid for any N >= 2.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from pipeline.train.precision import fsdp_mixed_precision, output_layer_policy
+
+log = logging.getLogger(__name__)
+
+COLLECTIVE_TIMEOUT_S = 1800  # a rank stuck this long in a collective fails the job instead of hanging
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place in the run: rank `rank` of `world`."""
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def sharded(self) -> bool:
+        return self.world > 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def rows(self, n: int) -> slice:
+        """This rank's rows of a global batch of n rows (n must divide evenly)."""
+        if n % self.world:
+            raise ValueError(f"a global batch of {n} rows cannot be split evenly over {self.world} ranks")
+        k = n // self.world
+        return slice(self.rank * k, (self.rank + 1) * k)
+
+
+SINGLE = Ranks()
+
+
+def init_ranks(device: str) -> tuple[Ranks, str]:
+    """This process's Ranks and device from torchrun's environment (WORLD_SIZE, RANK, LOCAL_RANK):
+    joins the process group (NCCL on CUDA, gloo otherwise); a single process returns SINGLE."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return SINGLE, device
+    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    backend = "gloo"
+    if device.startswith("cuda"):
+        visible = torch.cuda.device_count()
+        if visible < int(os.environ.get("LOCAL_WORLD_SIZE", world)):
+            raise RuntimeError(f"{world} ranks on this node, but only {visible} GPUs are visible to the job")
+        torch.cuda.set_device(local)
+        device, backend = f"cuda:{local}", "nccl"
+    dist.init_process_group(backend, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    return Ranks(rank, world), device
+
+
+def check_same(value: object, ranks: Ranks, what: str) -> None:
+    """Every rank holds the same `value` (e.g. the run config's fingerprint), else a clear error."""
+    if not ranks.sharded:
+        return
+    values: list = [None] * ranks.world
+    dist.all_gather_object(values, value)
+    if any(v != values[0] for v in values):
+        raise RuntimeError(f"the ranks of this job disagree on {what}: {values}")
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The decoder layers of a transformers causal LM (`model.model.layers`)."""
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ValueError(f"{type(model).__name__}: no decoder layers at model.model.layers to shard")
+    return layers
+
+
+def tied_output(model: torch.nn.Module) -> bool:
+    head, embed = model.get_output_embeddings(), model.get_input_embeddings()
+    return head is not None and head.weight is embed.weight
+
+
+def shard_model(model: torch.nn.Module, precision: str) -> None:
+    """fully_shard each decoder layer, the output layer (float32, so logits are float32) and the
+    root; gradients are summed across ranks (each rank's loss is its share of the global mean)."""
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    policy = fsdp_mixed_precision(precision)
+    for layer in decoder_layers(model):
+        fully_shard(layer, mp_policy=policy)
+    if tied_output(model):
+        log.warning("tied input/output embeddings: the output layer computes in the root's precision")
+    else:
+        fully_shard(model.get_output_embeddings(), mp_policy=output_layer_policy())
+    fully_shard(model, mp_policy=policy)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)  # plain SUM: gloo has no PREMUL_SUM
+
+
+def reshard(model: torch.nn.Module) -> None:
+    """Free the gathered parameters FSDP2 keeps after a forward without backward (evaluation; the
+    root keeps its own by default), so the parameters are this rank's shards again."""
+    from torch.distributed.fsdp import FSDPModule
+
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
+
+
+def local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of a (possibly sharded) tensor; the tensor itself when not sharded."""
+    from torch.distributed.tensor import DTensor
+
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def all_sum(value: torch.Tensor, ranks: Ranks) -> torch.Tensor:
+    """The sum over ranks of a tensor (in place; the tensor itself for one process)."""
+    if ranks.sharded:
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return value
+
+
+def barrier(ranks: Ranks) -> None:
+    if ranks.sharded:
+        dist.barrier()
+
+
+def _previous(path: Path) -> Path:
+    return path.with_name(path.name + ".old")
+
+
+def sharded_state_exists(path: Path) -> bool:
+    return path.is_dir() or _previous(path).is_dir()
+
+
+def save_sharded(
+    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, extra: dict, ranks: Ranks
+) -> None:
+    """The model (and optimizer) state of every rank with torch.distributed.checkpoint, plus rank
+    0's `extra` (step, schedule, losses, ...), into directory `path`, atomically: written beside it,
+    then swapped in (a kill mid-swap leaves `path.old`, which `load_sharded` reads)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    tmp = path.with_name(path.name + ".tmp")
+    if ranks.main:
+        shutil.rmtree(tmp, ignore_errors=True)
+    barrier(ranks)
+    model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [])
+    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=tmp)
+    if ranks.main:
+        torch.save(extra, tmp / "extra.pt")
+        old = _previous(path)
+        shutil.rmtree(old, ignore_errors=True)
+        if path.exists():
+            path.rename(old)
+        tmp.rename(path)
+        shutil.rmtree(old, ignore_errors=True)
+    barrier(ranks)
+
+
+def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict:
+    """Restore what `save_sharded` wrote into the sharded model (and optimizer); returns `extra`."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    if not path.is_dir():
+        path = _previous(path)
+    optimizers = optimizer if optimizer is not None else []
+    model_sd, optim_sd = get_state_dict(model, optimizers)
+    state = {"model": model_sd, "optim": optim_sd}
+    dcp.load(state, checkpoint_id=path)
+    set_state_dict(model, optimizers, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    return torch.load(path / "extra.pt", weights_only=False)
+
+
+def remove_sharded(path: Path, ranks: Ranks) -> None:
+    barrier(ranks)
+    if ranks.main:
+        for p in (path, _previous(path), path.with_name(path.name + ".tmp")):
+            shutil.rmtree(p, ignore_errors=True)

@@ -1,0 +1,59 @@
+"""A job on N ranks: `torchrun --standalone --nproc-per-node N` started inside the job.
+
+On SLURM the job is one task holding N GPUs (profiles/slurm; not N tasks of one GPU each, see
+../shared/peers.md on the executor plugin's `tasks` mapping); on a CPU, N gloo processes share the
+job's threads. The job's arguments travel as a JSON file; each rank runs the module's `main`, and
+rank 0 alone writes the outputs. `--max-restarts 0`: a rank that dies ends the others (torchrun
+stops the group) and the job fails with its exit status, never hangs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from pipeline.io import write_json
+from pipeline.runtime import TERMINAL_FD_ENV
+
+log = logging.getLogger(__name__)
+
+
+def torchrun_command(ranks: int, module: str, job_file: str | Path) -> list[str]:
+    """The command that runs `python -m module job_file` on `ranks` local processes."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",  # a private rendezvous on a free local port: jobs on one node do not collide
+        f"--nproc-per-node={ranks}",
+        "--max-restarts=0",
+        "-m",
+        module,
+        str(job_file),
+    ]
+
+
+def _open_fds(fd: str | None) -> tuple[int, ...]:
+    """The main log's descriptor for the ranks to inherit, if this process has it open."""
+    try:
+        return (int(fd),) if fd is not None and os.fstat(int(fd)) else ()
+    except OSError:
+        return ()
+
+
+def run_on_ranks(module: str, job: dict, ranks: int, job_file: str | Path, threads: int) -> None:
+    """Run `module` on `ranks` processes with `job` (JSON-serialisable) as its argument file; each
+    process gets threads // ranks CPU threads (at least one). Raises if any rank fails."""
+    write_json(job_file, job | {"threads": max(1, threads // ranks)})
+    env = dict(os.environ, OMP_NUM_THREADS=str(max(1, threads // ranks)))
+    fds = _open_fds(env.get(TERMINAL_FD_ENV))
+    log.info("starting %d ranks: %s", ranks, " ".join(torchrun_command(ranks, module, job_file)))
+    done = subprocess.run(torchrun_command(ranks, module, job_file), env=env, pass_fds=fds, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"the {ranks}-rank job ({module}) failed with exit status {done.returncode}; each rank's "
+            "messages are above in this log (a rank's failure stops the others)"
+        )

@@ -1,0 +1,128 @@
+"""Sharded fine-tuning (FSDP2) on 2 CPU ranks (gloo) under torchrun, against one process: the
+same data order and global batch, so the same numbers up to float rounding; a kill and a resume
+from the torch.distributed.checkpoint state in between; a failing job ends without hanging."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.train import finetune_job
+from pipeline.train.config import FinetuneConfig
+from pipeline.train.launch import run_on_ranks
+
+EVAL = {"split": "validation", "max_tokens": 2000, "seq_len": None, "batch_size": 32}
+# 12 steps per epoch on the 96 MR training items: evaluations (early stopping) at steps 12 and 24
+CFG = FinetuneConfig(
+    epochs=2,
+    batch_size=8,
+    micro_batch_size=2,  # two micro-batches of 2 on each of the 2 ranks
+    seq_len=64,
+    eval_batch_size=32,
+    activation_checkpointing=True,
+    log_every=4,
+    checkpoint_every=4,
+)
+COMPARED = [  # (eval_data, split, metric): the issue's figures, relative tolerance 1e-4
+    ("pretrain", "validation", "ppl"),
+    ("mr", "validation", "ppl"),
+    ("mr", "test", "ppl"),
+    ("weights", None, "distance_l2"),
+]
+
+
+def job(files, tmp_path, cfg=CFG, name="run", **kwargs) -> dict:
+    return finetune_job.describe(
+        files["spec"],
+        cfg,
+        outputs={
+            "metrics": str(tmp_path / f"{name}.parquet"),
+            "line": str(tmp_path / f"{name}-line.parquet"),
+        },
+        device="cpu",
+        path=files["ckpt"],
+        task_path=str(files["dir"] / "mr.parquet"),
+        task_name="mr",
+        corpus_path=str(files["corpus"]),
+        eval_cfg=EVAL,
+        learning_rate=3e-3,
+        lambda_reg=kwargs.pop("lambda_reg", 0.5),  # the proximal term on shards
+        seed=0,
+        study="t",
+        state_dir=str(tmp_path / f"{name}-state"),
+        **kwargs,
+    )
+
+
+def figures(df: pd.DataFrame) -> dict:
+    out = {}
+    for eval_data, split, metric in COMPARED:
+        m = df[(df["eval_data"] == eval_data) & (df["metric"] == metric)]
+        m = m[m["split"].isna()] if split is None else m[m["split"] == split]
+        assert len(m) == 1, (eval_data, split, metric)
+        out[(eval_data, split, metric)] = float(m["value"].iloc[0])
+    return out
+
+
+def test_two_ranks_killed_and_resumed_match_one_process(study_files, tmp_path):
+    single = pd.DataFrame(finetune_job.run(job(study_files, tmp_path, name="single"), "cpu"))
+    sharded = job(study_files, tmp_path, name="sharded", stop_after=14)  # after the first evaluation
+    run_on_ranks(finetune_job.MODULE, sharded, 2, tmp_path / "kill.json", threads=2)
+    assert pd.read_parquet(sharded["outputs"]["metrics"]).empty  # stopped as if killed
+    state = tmp_path / "sharded-state"
+    assert (state / "train.dcp" / ".metadata").is_file() and (state / "best_model.dcp").is_dir()
+    del sharded["kwargs"]["stop_after"]
+    run_on_ranks(finetune_job.MODULE, sharded, 2, tmp_path / "resume.json", threads=2)
+    two = pd.read_parquet(sharded["outputs"]["metrics"])
+    want, got = figures(single), figures(two)
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-4), key
+    extra = [json.loads(df["extra"].iloc[0]) for df in (single, two)]
+    assert [h["step"] for h in extra[1]["history"]] == [12, 24] and extra[1]["best_step"] == extra[0][
+        "best_step"
+    ]
+    for h1, h2 in zip(extra[0]["history"], extra[1]["history"]):
+        assert h2["val_loss"] == pytest.approx(h1["val_loss"], rel=1e-4)
+    assert extra[1]["precision"] == "fp32" and "activation_checkpointing" not in extra[1]  # changes no number
+    assert not state.joinpath("train.dcp").exists()  # resume state removed once the run is done
+    assert pd.read_parquet(sharded["outputs"]["line"]).empty  # no curvature line in a sharded run
+
+
+def test_two_ranks_in_bf16_mixed_follow_one_process(study_files, tmp_path):
+    """FSDP2's MixedPrecisionPolicy (bf16 parameters, fp32 reduction, fp32 output layer) against
+    bf16 autocast in one process: both bf16 compute, so close but not equal."""
+    cfg = dataclasses.replace(CFG, precision="bf16-mixed", epochs=1, activation_checkpointing=False)
+    single = pd.DataFrame(finetune_job.run(job(study_files, tmp_path, cfg, "single", lambda_reg=0.0), "cpu"))
+    sharded = job(study_files, tmp_path, cfg, "sharded", lambda_reg=0.0)
+    run_on_ranks(finetune_job.MODULE, sharded, 2, tmp_path / "job.json", threads=2)
+    want, got = figures(single), figures(pd.read_parquet(sharded["outputs"]["metrics"]))
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=2e-2), key
+    assert (
+        json.loads(pd.read_parquet(sharded["outputs"]["metrics"])["extra"].iloc[0])["precision"]
+        == "bf16-mixed"
+    )
+
+
+def test_a_failing_rank_fails_the_job_without_hanging(study_files, tmp_path):
+    bad = job(study_files, tmp_path, name="bad")
+    bad["kwargs"]["task_path"] = str(tmp_path / "missing.parquet")
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="2-rank job .* failed with exit status"):
+        run_on_ranks(finetune_job.MODULE, bad, 2, tmp_path / "bad.json", threads=2)
+    assert time.perf_counter() - t0 < 120
+    assert not (tmp_path / "bad.parquet").exists()
+
+
+def test_a_global_batch_must_split_evenly_over_the_ranks():
+    from pipeline.train.distributed import Ranks
+
+    assert Ranks(1, 2).rows(8) == slice(4, 8)
+    assert np.arange(8)[Ranks(0, 4).rows(8)].tolist() == [0, 1]
+    with pytest.raises(ValueError, match="global batch of 6 rows cannot be split evenly over 4 ranks"):
+        Ranks(0, 4).rows(6)
