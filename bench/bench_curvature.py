@@ -33,7 +33,10 @@ def parse_setting(text: str) -> dict:
     out: dict = {}
     for item in filter(None, text.split(",")):
         key, value = item.split("=")
-        out[key] = tuple(float(v) for v in value.split(":")) if ":" in value else (int(value) if value.isdigit() else value)
+        if ":" in value:
+            out[key] = tuple(float(v) for v in value.split(":"))
+        else:
+            out[key] = int(value) if value.isdigit() else value
     return out
 
 
@@ -51,16 +54,25 @@ def time_setting(path: str, corpus: str, cfg: CurvatureConfig, repeats: int) -> 
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(1e-2 * torch.randn(p.shape, generator=gen))
-        fields = dict(study="bench", checkpoint="bench", model="bench", budget=1, seed=0, task="t",
-                      learning_rate=0.0, lambda_reg=0.0)
+        fields = dict(
+            study="bench",
+            checkpoint="bench",
+            model="bench",
+            budget=1,
+            seed=0,
+            task="t",
+            learning_rate=0.0,
+            lambda_reg=0.0,
+        )
         t0 = time.perf_counter()
         ft_rows = finetune_line(model, tokenizer, reference, corpus, EVAL, cfg, fields, "bench")
         line.append(time.perf_counter() - t0)
     metrics = {r["metric"]: r["value"] for r in sharp}
+    seeds = cfg.seeds or ()
     return {
         "checkpoint job s": statistics.median(job),
         "fine-tuning line s": statistics.median(line),
-        "gaussian rel. err": max(smallest_lambda_error([r for r in lines if r["seed"] == s]) for s in cfg.seeds),
+        "gaussian rel. err": max(smallest_lambda_error([r for r in lines if r["seed"] == s]) for s in seeds),
         "finetune rel. err": smallest_lambda_error(ft_rows),
         "tr(H)": f"{metrics['hessian_trace']:.4g} ± {metrics['hessian_trace_se']:.2g}",
         "top eig": f"{metrics['hessian_top_eig']:.4g}",
@@ -81,8 +93,10 @@ def main() -> None:
     for name, overrides in settings.items():
         cfg = dataclasses.replace(CurvatureConfig(seeds=(0, 1, 2)), **overrides)
         result = time_setting(args.checkpoint, args.corpus, cfg, args.repeats)
-        print(f"{name:60s} " + " | ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
-                                             for k, v in result.items()))
+        print(
+            f"{name:60s} "
+            + " | ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items())
+        )
 
 
 if __name__ == "__main__":

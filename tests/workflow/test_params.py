@@ -16,8 +16,8 @@ from pipeline.train.config import (
     FinetuneConfig,
     PretrainConfig,
     TrainConfig,
-    execution,
     changes_numbers,
+    execution,
     hyperparameters,
 )
 from pipeline.workflow.config import ConfigError, check_config, load_schema, validate_config
