@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -35,6 +36,7 @@ from workflow_utils import (
 )
 
 from pipeline.tables import METRIC_COLUMNS
+from pipeline.workflow import layout
 
 PROFILE = ROOT / "profiles" / "slurm"
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "srun", "sinfo")
@@ -400,6 +402,37 @@ def test_groups_and_no_orphaned_jobs(cluster, cluster_run):
     )
     assert all(c.startswith((*ungrouped_rules, "rule_metrics")) for c in ungrouped), ungrouped
     assert not cluster.active_jobs(rid)
+
+
+def test_a_two_rank_finetuning_job_equals_the_one_rank_job(cluster, cluster_run, tmp_path):
+    """finetune.ranks 2: one sbatch job with 2 CPUs in which torchrun starts 2 gloo ranks (FSDP2);
+    its metrics equal the 1-process job's of the smoke study within 1e-4 relative."""
+    out, _, _ = cluster_run
+    study = ROOT / "results" / f"{STUDY}-ranks"
+    shutil.rmtree(study, ignore_errors=True)
+    shutil.copytree(out, study)  # its checkpoints and task tables; mtimes kept, so nothing else reruns
+    part = Path(layout.FINETUNE_PART.format(checkpoint="tiny-262144", task="mr", lr="0.003", lam="0", seed=0))
+    overrides = {"finetune.ranks": 2, "finetune.threads": 2}
+    cfg = write_config(tmp_path, smoke_config(study=f"{STUDY}-ranks", **overrides))
+    target = str(study.relative_to(ROOT) / part)
+    try:
+        # the target first: --forcerun takes any number of values
+        res = snakemake(
+            cfg, target, *cluster_args(cluster, tmp_path), "--forcerun", target, env=cluster.env, timeout=300
+        )
+        text = res.stdout + res.stderr
+        assert res.returncode == 0, text[-6000:]
+        jobs = cluster.jobs(run_id(text))
+        assert [(j["comment"][:13], j["cpus"]) for j in jobs] == [("rule_finetune", "2")], jobs
+        log = (study / "logs" / part.with_suffix(".log").relative_to("finetune")).read_text()
+        assert "starting 2 ranks" in log and "torch.distributed.run" in log, log[-3000:]
+        one, two = (pd.read_parquet(d / part) for d in (out, study))
+        keys = ["eval_data", "split", "metric"]
+        merged = one.merge(two, on=keys, suffixes=("_1", "_2"))
+        assert len(merged) == len(one) == len(two) > 0
+        np.testing.assert_allclose(merged["value_2"], merged["value_1"], rtol=1e-4)
+    finally:
+        shutil.rmtree(study, ignore_errors=True)
 
 
 def test_placeholders_stop_the_run_before_any_submission(cluster, tmp_path):
