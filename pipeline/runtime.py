@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-# what a job's child processes (the ranks of a sharded job) inherit to log like the job itself
-TERMINAL_FD_ENV, LABEL_ENV = "OVERTRAIN_TERMINAL_FD", "OVERTRAIN_JOB_LABEL"
+# what a job's child processes (the ranks of a sharded job) inherit to log like the job itself: the
+# main log as a /proc path (torchrun closes inherited descriptors) and the job's label
+TERMINAL_ENV, LABEL_ENV = "OVERTRAIN_TERMINAL", "OVERTRAIN_JOB_LABEL"
 
 
 class _OwnRecords(logging.Filter):
@@ -63,7 +64,9 @@ def setup_logging(log_file: str | Path | None = None, level: int = logging.INFO)
     os.dup2(fd, 2)
     os.close(fd)
     sys.stdout.reconfigure(line_buffering=True)  # keep prints and records in order in the file
-    os.environ[TERMINAL_FD_ENV], os.environ[LABEL_ENV] = str(terminal.fileno()), _job_label(log_file)
+    if Path("/proc/self/fd").is_dir():  # Linux
+        os.environ[TERMINAL_ENV] = f"/proc/{os.getpid()}/fd/{terminal.fileno()}"
+    os.environ[LABEL_ENV] = _job_label(log_file)
     _log_to(terminal, _job_label(log_file), level)
     sys.excepthook = _log_uncaught
 
@@ -91,11 +94,13 @@ def setup_rank_logging(rank: int) -> None:
     (`setup_logging`, whose log file and main-log copy it inherits); rank 0 logs at INFO, the other
     ranks warnings and errors only, prefixed with their rank."""
     level = logging.INFO if rank == 0 else logging.WARNING
-    fd = os.environ.get(TERMINAL_FD_ENV)
-    if fd is None:
+    try:
+        terminal = open(  # noqa: SIM115 (for the life of the process)
+            os.environ[TERMINAL_ENV], "a", buffering=1, encoding="utf-8", errors="backslashreplace"
+        )
+    except (KeyError, OSError):  # not started by a job's script, or no /proc: the log file only
         logging.basicConfig(level=level, format=f"[rank {rank}] {FORMAT}", force=True)
         return
-    terminal = open(int(fd), "w", buffering=1, encoding="utf-8", errors="backslashreplace")  # noqa: SIM115
     _log_to(terminal, os.environ.get(LABEL_ENV, "job"), level, prefix="" if rank == 0 else f"[rank {rank}] ")
     sys.excepthook = _log_uncaught
 

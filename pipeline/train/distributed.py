@@ -130,6 +130,21 @@ def local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
+def state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+    """Bytes this process holds (its shards) of the parameters, their gradients and the optimizer
+    state: what sharding divides by N (activations and gathered layers come on top)."""
+    params = [local(p) for p in model.parameters()]
+    grads = [local(p.grad) for p in model.parameters() if p.grad is not None]
+    moments = [
+        local(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.dim()
+    ]
+    return {
+        "parameters": sum(t.nbytes for t in params),
+        "gradients": sum(t.nbytes for t in grads),
+        "optimizer": sum(t.nbytes for t in moments),
+    }
+
+
 def all_sum(value: torch.Tensor, ranks: Ranks) -> torch.Tensor:
     """The sum over ranks of a tensor (in place; the tensor itself for one process)."""
     if ranks.sharded:

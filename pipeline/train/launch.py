@@ -16,13 +16,13 @@ import sys
 from pathlib import Path
 
 from pipeline.io import write_json
-from pipeline.runtime import TERMINAL_FD_ENV
 
 log = logging.getLogger(__name__)
 
 
-def torchrun_command(ranks: int, module: str, job_file: str | Path) -> list[str]:
-    """The command that runs `python -m module job_file` on `ranks` local processes."""
+def torchrun_command(ranks: int, *program: str) -> list[str]:
+    """The command that runs `program` (`-m module args...` or `script args...`) on `ranks` local
+    processes."""
     return [
         sys.executable,
         "-m",
@@ -30,18 +30,8 @@ def torchrun_command(ranks: int, module: str, job_file: str | Path) -> list[str]
         "--standalone",  # a private rendezvous on a free local port: jobs on one node do not collide
         f"--nproc-per-node={ranks}",
         "--max-restarts=0",
-        "-m",
-        module,
-        str(job_file),
+        *program,
     ]
-
-
-def _open_fds(fd: str | None) -> tuple[int, ...]:
-    """The main log's descriptor for the ranks to inherit, if this process has it open."""
-    try:
-        return (int(fd),) if fd is not None and os.fstat(int(fd)) else ()
-    except OSError:
-        return ()
 
 
 def run_on_ranks(module: str, job: dict, ranks: int, job_file: str | Path, threads: int) -> None:
@@ -49,9 +39,9 @@ def run_on_ranks(module: str, job: dict, ranks: int, job_file: str | Path, threa
     process gets threads // ranks CPU threads (at least one). Raises if any rank fails."""
     write_json(job_file, job | {"threads": max(1, threads // ranks)})
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, threads // ranks)))
-    fds = _open_fds(env.get(TERMINAL_FD_ENV))
-    log.info("starting %d ranks: %s", ranks, " ".join(torchrun_command(ranks, module, job_file)))
-    done = subprocess.run(torchrun_command(ranks, module, job_file), env=env, pass_fds=fds, check=False)
+    command = torchrun_command(ranks, "-m", module, str(job_file))
+    log.info("starting %d ranks: %s", ranks, " ".join(command))
+    done = subprocess.run(command, env=env, check=False)
     if done.returncode != 0:
         raise RuntimeError(
             f"the {ranks}-rank job ({module}) failed with exit status {done.returncode}; each rank's "

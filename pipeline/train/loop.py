@@ -35,6 +35,7 @@ from pipeline.train.distributed import (
     load_sharded,
     save_sharded,
     sharded_state_exists,
+    state_bytes,
 )
 from pipeline.train.precision import check_precision, compute_context, fp32_output_layer
 
@@ -49,6 +50,7 @@ class TrainResult:
     diverged: bool = False
     seconds: float = 0.0
     resumed_from: int = 0
+    state_bytes: dict[str, int] = field(default_factory=dict)  # this rank's, after its first step
 
 
 class EpochOrder:
@@ -278,6 +280,14 @@ def train(
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip, foreach=True)
         result.lrs.append(scheduler.get_last_lr()[0])
         optimizer.step()
+        if not result.state_bytes:
+            result.state_bytes = state_bytes(model, optimizer)
+            log.info(
+                "rank %d/%d holds %s",
+                ranks.rank,
+                ranks.world,
+                ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in result.state_bytes.items()),
+            )
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         pending.append(loss.detach())

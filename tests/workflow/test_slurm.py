@@ -416,9 +416,16 @@ def test_a_two_rank_finetuning_job_equals_the_one_rank_job(cluster, cluster_run,
     cfg = write_config(tmp_path, smoke_config(study=f"{STUDY}-ranks", **overrides))
     target = str(study.relative_to(ROOT) / part)
     try:
-        # the target first: --forcerun takes any number of values
+        # `--`: --forcerun (and --configfile) take any number of values
         res = snakemake(
-            cfg, target, *cluster_args(cluster, tmp_path), "--forcerun", target, env=cluster.env, timeout=300
+            cfg,
+            *cluster_args(cluster, tmp_path),
+            "--forcerun",
+            target,
+            "--",
+            target,
+            env=cluster.env,
+            timeout=300,
         )
         text = res.stdout + res.stderr
         assert res.returncode == 0, text[-6000:]
