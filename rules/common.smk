@@ -7,7 +7,6 @@ from pipeline.workflow.config import (
     check_config,
     curvature_section,
     eval_config,
-    finetune_ranks,
     finetune_section,
     task_settings,
 )
@@ -63,7 +62,7 @@ def preset_resources(stage):
 
 
 def finetune_resources():
-    return cluster.preset_resources("finetune", DEVICE, CHECKPOINTS, finetune_ranks(config))
+    return cluster.finetune_resources(DEVICE, CHECKPOINTS, config)
 
 
 def fixed_resources(mem_mb, runtime):

@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.models.shapes import ModelShape
+
 log = logging.getLogger(__name__)
 
 
@@ -29,6 +31,7 @@ class HubPreset:
     params: int  # parameter count: sizes the jobs' resources (pipeline/models/presets.py)
     revisions: tuple[tuple[str, int], ...]  # (revision, pre-training tokens)
     description: str = ""
+    shape: ModelShape | None = None  # its config.json's dimensions: the memory planner's input
 
 
 def _olmo(names: Iterable[str]) -> tuple[tuple[str, int], ...]:
@@ -56,6 +59,16 @@ def _register() -> None:
             ]
         ),
         "OLMo-1B (Groeneveld et al., 2024), Table 1",
+        ModelShape(
+            layers=16,
+            hidden=2048,
+            intermediate=8192,
+            heads=16,
+            kv_heads=16,
+            vocab=50304,
+            tied=True,
+            context=2048,
+        ),
     )
     HUB_PRESETS["olmo-2-7b"] = HubPreset(
         "allenai/OLMo-2-1124-7B",
@@ -71,6 +84,9 @@ def _register() -> None:
             ]
         ),
         "OLMo-2-7B (OLMo et al., 2024), Table 1",
+        ModelShape(
+            layers=32, hidden=4096, intermediate=11008, heads=32, kv_heads=32, vocab=100352, context=4096
+        ),
     )
     HUB_PRESETS["amber"] = HubPreset(
         "LLM360/Amber",
@@ -84,6 +100,9 @@ def _register() -> None:
             ("ckpt_410", 1_300_000_000_000),
         ),
         "LLM360-Amber 7B (Liu et al., 2023), Table 1 (token counts as the table rounds them)",
+        ModelShape(
+            layers=32, hidden=4096, intermediate=11008, heads=32, kv_heads=32, vocab=32000, context=2048
+        ),
     )
     # Not in the paper: the offline stand-in (pipeline/models/standin.py lays it out in a hub cache).
     # SmolLM2-135M was pre-trained on 2T tokens; the Instruct model adds SFT + DPO on top.
@@ -92,6 +111,16 @@ def _register() -> None:
         134_500_000,
         (("main", 2_000_000_000_000),),
         "SmolLM2-135M-Instruct: the offline stand-in (pipeline/models/standin.py), one revision",
+        ModelShape(
+            layers=30,
+            hidden=576,
+            intermediate=1536,
+            heads=9,
+            kv_heads=3,
+            vocab=49152,
+            tied=True,
+            context=8192,
+        ),
     )
 
 
@@ -114,6 +143,11 @@ def parse_tokens(revision: str) -> int | None:
     if m is None:
         return None
     return int(round(float(m.group(1)) * SCALE[m.group(2).upper()]))
+
+
+def hub_shape(model_id: str) -> ModelShape | None:
+    """The dimensions of a known hub model (HUB_PRESETS), else None."""
+    return next((p.shape for p in HUB_PRESETS.values() if p.model_id == model_id), None)
 
 
 def hub_params(model_id: str, declared: int | None = None) -> int:

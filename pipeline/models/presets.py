@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline.models.shapes import ModelShape
+
 
 @dataclass(frozen=True)
 class SizePreset:
@@ -28,6 +30,22 @@ SIZE_PRESETS: dict[str, SizePreset] = {
     "olmo-30m": SizePreset(384, 6, 6, 1536, 1024, attention_dropout=0.1),
     "olmo-90m": SizePreset(576, 9, 9, 2304, 1024, attention_dropout=0.1),
 }
+
+
+def preset_shape(preset: str, vocab: int) -> ModelShape:
+    """The shape of a size preset's model for a tokenizer of `vocab` tokens (untied, full attention)."""
+    p = SIZE_PRESETS[preset]
+    heads = p.num_attention_heads
+    return ModelShape(
+        p.num_hidden_layers,
+        p.hidden_size,
+        p.intermediate_size,
+        heads,
+        heads,
+        vocab,
+        False,
+        p.max_position_embeddings,
+    )
 
 
 # Table 4: the fine-tuning learning-rate grid of the paper's controlled experiments.

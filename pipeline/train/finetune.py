@@ -35,6 +35,7 @@ from pipeline.evaluate.heldout import EVAL_METRICS, heldout_eval_set
 from pipeline.evaluate.perplexity import eval_perplexity
 from pipeline.evaluate.tasks import eval_task
 from pipeline.models.checkpoints import CheckpointSpec, load_checkpoint
+from pipeline.models.shapes import shape_of
 from pipeline.tables import metric_row
 from pipeline.train.best_epoch import BestEpoch
 from pipeline.train.config import FinetuneConfig, resolve_precision
@@ -49,6 +50,7 @@ from pipeline.train.distributed import (
     shard_model,
 )
 from pipeline.train.loop import train
+from pipeline.train.memory import plan_finetune
 from pipeline.train.precision import compute_context
 from pipeline.train.recompute import enable_activation_checkpointing
 
@@ -163,6 +165,25 @@ def task_base_rows(
     return rows
 
 
+def _planned_micro_batch(
+    model: torch.nn.Module, cfg: FinetuneConfig, max_len: int, ranks: Ranks, gpu: dict
+) -> int:
+    """The micro-batch the memory planner fits on this job's GPUs (the job's rank count is fixed)."""
+    plan = plan_finetune(
+        shape_of(model.config),
+        batch_size=cfg.batch_size,
+        seq_len=max_len,
+        precision=cfg.precision,
+        activation_checkpointing=cfg.activation_checkpointing,
+        gpu_memory_gb=gpu.get("memory_gb", 80),
+        gpus_per_node=ranks.world,
+        headroom=gpu.get("headroom", 0.1),
+        gpus=ranks.world,
+    )
+    log.info("memory plan: %s", plan.describe())
+    return plan.micro_batch
+
+
 def _context(model: torch.nn.Module, cfg: FinetuneConfig) -> int:
     ctx = model.config.max_position_embeddings
     return min(cfg.seq_len or ctx, ctx)
@@ -186,6 +207,7 @@ def finetune_run(
     bench_cfg: dict | None = None,
     after: Callable[[torch.nn.Module, object, dict[str, torch.Tensor]], None] | None = None,
     ranks: Ranks = SINGLE,
+    gpu: dict | None = None,
 ) -> list[dict]:
     """Fine-tune, pick the best epoch on ID validation, evaluate; tidy metric rows.
 
@@ -198,6 +220,8 @@ def finetune_run(
     modify the model. Not in a sharded run (the line needs the whole model in one process).
     ranks: a run over several processes (pipeline.train.distributed; `device` is this rank's):
     the model is sharded with FSDP2 after loading; every rank returns the same rows.
+    gpu: the config's `gpu:` section; on CUDA with micro_batch_size null, the memory planner picks
+    the micro-batch for this model and rank count (pipeline/train/memory.py).
     """
     if learning_rate <= 0:
         raise ValueError(f"finetune.learning_rates: a learning rate must be > 0, got {learning_rate}")
@@ -217,6 +241,8 @@ def finetune_run(
     compute = compute_context(cfg.precision, torch.device(device), sharded=ranks.sharded)
     task = read_task(task_name, task_path)
     max_len = _context(model, cfg)
+    if torch.device(device).type == "cuda" and gpu is not None and cfg.micro_batch_size is None:
+        cfg = dataclasses.replace(cfg, micro_batch_size=_planned_micro_batch(model, cfg, max_len, ranks, gpu))
     batch_fn, per_epoch = _train_data(task, tokenizer, max_len, cfg, seed)
     evals = _eval_data(task, tokenizer, max_len, cfg)
     total = per_epoch * cfg.epochs if cfg.max_steps is None else min(per_epoch * cfg.epochs, cfg.max_steps)

@@ -32,6 +32,7 @@ job = finetune_job.describe(
     study=snakemake.config["study"],
     state_dir=snakemake.params.state,
     bench_cfg=snakemake.params.bench,
+    gpu=snakemake.config.get("gpu"),  # the planner's micro-batch on CUDA (changes no number)
 )
 ranks = int(snakemake.resources.get("ranks", 1))
 if ranks > 1:

@@ -159,3 +159,24 @@ def test_every_shipped_config_dry_runs(configfile):
     res = snakemake(configfile, "-n", "--forceall", "--cores", "1", "--quiet", "rules")
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert re.search(r"^all\s+1$", res.stdout + res.stderr, re.M), (res.stdout + res.stderr)[-3000:]
+
+
+def test_paper_scale_dry_run_places_every_finetuning_job_on_the_planners_gpus():
+    """OLMo-2-7B instruction tuning on 80 GB GPUs through the SLURM profile: each fine-tuning job
+    asks for the memory planner's 2 GPUs and starts 2 ranks (16 B x 7.3B parameters of state)."""
+    res = snakemake(
+        ROOT / "config" / "instruct.yaml",
+        str(ROOT / "config" / "olmo2-7b.yaml"),
+        "-n",
+        "--forceall",
+        "--workflow-profile",
+        str(ROOT / "profiles" / "slurm"),
+    )
+    text = res.stdout + res.stderr
+    assert res.returncode == 0, text[-3000:]
+    jobs = re.findall(r"^rule finetune:\n(?:    .*\n)*?    resources: (.*)$", text, re.M)
+    counted = re.search(r"^finetune\s+(\d+)$", text, re.M)
+    assert (
+        counted and len(jobs) == int(counted.group(1)) == 6 * 3 * 7 * 3
+    )  # checkpoints x tasks x LRs x seeds
+    assert all("gpu=2" in r.split(", ") and "ranks=2" in r.split(", ") for r in jobs), jobs[:2]

@@ -431,7 +431,7 @@ def test_a_two_rank_finetuning_job_equals_the_one_rank_job(cluster, cluster_run,
         assert res.returncode == 0, text[-6000:]
         jobs = cluster.jobs(run_id(text))
         assert [(j["comment"][:13], j["cpus"]) for j in jobs] == [("rule_finetune", "2")], jobs
-        log = (study / "logs" / part.with_suffix(".log").relative_to("finetune")).read_text()
+        log = (study / "logs" / part.with_suffix(".log")).read_text()
         assert "starting 2 ranks" in log and "torch.distributed.run" in log, log[-3000:]
         one, two = (pd.read_parquet(d / part) for d in (out, study))
         keys = ["eval_data", "split", "metric"]

@@ -1,0 +1,198 @@
+"""The memory planner of fine-tuning: bytes per GPU of a job, and the GPU count and micro-batch
+that fit it with headroom. Torch-free arithmetic on a ModelShape (the Snakefile sizes each job's
+resources with it at parse time; the job reads its plan from them).
+
+Per rank, for a model of P parameters sharded over N ranks (N = 1: one process):
+
+- states: float32 master weights, float32 gradients and AdamW's two float32 moments,
+  16 B x P / N in both precisions (bf16-mixed computes in bf16 but keeps these in float32);
+- working weights: one process with bf16-mixed keeps autocast's bf16 copy of every weight for
+  the backward pass (2 B x P); a sharded rank gathers two decoder layers at a time (the current one
+  and the prefetched next) in the compute dtype, the embeddings and the float32 output layer, and
+  holds one layer's float32 gradients before the reduce-scatter;
+- activations: per token and decoder layer 4 B x (10 h + 4 kv_dim + 4 i), measured with saved-tensor
+  hooks on CPU (tests/train/test_memory.py): float32 and bf16 autocast save about the same bytes
+  (autocast keeps float32 norm inputs beside bf16 matmul inputs). With activation checkpointing a
+  layer keeps only its input (4 B x h per token) and one layer at a time is recomputed;
+- logits: one process uses the chunked fused head (at most 2 chunks of 256 MiB of float32
+  logits); a sharded model the full float32 logits, their log-softmax and gradient (12 B x vocab
+  per token).
+
+A GPU's usable bytes are its memory less `headroom` (10%) and 1.5 GiB that torch's allocator
+does not see (CUDA context, NCCL buffers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.models.shapes import ModelShape
+
+GIB = 1 << 30
+STATE_BYTES = {"weights": 4, "gradients": 4, "optimizer": 8}  # per parameter, float32
+COMPUTE_BYTES = {"fp32": 4, "bf16-mixed": 2}  # bytes of a weight in the forward pass
+CUDA_RESERVED = int(1.5 * GIB)
+HEADROOM = 0.10
+FUSED_HEAD_BYTES = 2 * 256 * (1 << 20)  # pipeline/models/losses.py DEFAULT_CHUNK_BYTES, twice
+
+
+class PlanError(ValueError):
+    """No allowed GPU count fits the job: the message carries the arithmetic."""
+
+
+def activation_bytes(shape: ModelShape) -> int:
+    """Bytes a decoder layer saves for the backward pass per token (SDPA / flash attention)."""
+    return 4 * (10 * shape.hidden + 4 * shape.kv_dim + 4 * shape.intermediate)
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes of one rank at the peak of a training step, by kind."""
+
+    states: int
+    working_weights: int
+    activations: int
+    logits: int
+
+    @property
+    def total(self) -> int:
+        return self.states + self.working_weights + self.activations + self.logits
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{k.replace('_', ' ')} {v / GIB:.1f}" for k, v in vars(self).items())
+        return f"{self.total / GIB:.1f} GiB ({parts})"
+
+
+def estimate(
+    shape: ModelShape,
+    ranks: int,
+    micro_batch: int,
+    seq_len: int,
+    precision: str,
+    activation_checkpointing: bool,
+) -> MemoryEstimate:
+    """Peak bytes per rank of fine-tuning `shape` on `ranks` ranks, `micro_batch` sequences of
+    `seq_len` tokens per forward pass."""
+    p = shape.params
+    states = -(-sum(STATE_BYTES.values()) * p // ranks)  # ceil: shards are padded
+    w = COMPUTE_BYTES[precision]
+    if ranks == 1:
+        working = 2 * p if precision == "bf16-mixed" else 0
+    else:
+        embeddings = shape.vocab * shape.hidden * (w + (0 if shape.tied else 4))
+        working = 2 * shape.layer_params * w + embeddings + shape.layer_params * 4
+    tokens = micro_batch * seq_len
+    per_layer = activation_bytes(shape) * tokens
+    if activation_checkpointing:
+        activations = shape.layers * 4 * shape.hidden * tokens + per_layer
+    else:
+        activations = shape.layers * per_layer
+    logits = FUSED_HEAD_BYTES if ranks == 1 else 12 * shape.vocab * tokens
+    return MemoryEstimate(states, working, activations, logits)
+
+
+def usable_bytes(gpu_memory_gb: float, headroom: float = HEADROOM) -> int:
+    """What a job may plan to use on one GPU of `gpu_memory_gb` GB (10^9 bytes, as sold)."""
+    return int(gpu_memory_gb * 1e9 * (1 - headroom)) - CUDA_RESERVED
+
+
+@dataclass(frozen=True)
+class Plan:
+    """GPUs of one job and the micro-batch each rank runs, with the estimate that chose them."""
+
+    gpus: int
+    micro_batch: int
+    estimate: MemoryEstimate
+    usable: int
+
+    def describe(self) -> str:
+        return (
+            f"{self.gpus} GPU(s), micro-batch {self.micro_batch}: {self.estimate.describe()} of "
+            f"{self.usable / GIB:.1f} GiB usable per GPU"
+        )
+
+
+def gpu_counts(gpus_per_node: int) -> list[int]:
+    """The GPU counts a job may use: powers of two up to a node."""
+    return [n for n in (1, 2, 4, 8, 16, 32) if n <= gpus_per_node]
+
+
+def plan_finetune(
+    shape: ModelShape,
+    batch_size: int,
+    seq_len: int,
+    precision: str,
+    activation_checkpointing: bool,
+    gpu_memory_gb: float,
+    gpus_per_node: int,
+    micro_batch: int | None = None,
+    headroom: float = HEADROOM,
+    gpus: int | None = None,
+) -> Plan:
+    """The fewest GPUs (of one node) on which a fine-tuning step fits, and the largest micro-batch
+    that fits there (`micro_batch`, when given, is kept; `gpus`, when given, is the only count
+    tried). The global batch stays `batch_size` rows: each of N ranks runs batch_size / N of them
+    in micro-batches. Raises PlanError with the arithmetic when no count fits."""
+    usable = usable_bytes(gpu_memory_gb, headroom)
+    counts = [gpus] if gpus else gpu_counts(gpus_per_node)
+    for gpus in counts:
+        if batch_size % gpus:
+            continue
+        rows = batch_size // gpus
+        sizes = [micro_batch] if micro_batch else [m for m in range(rows, 0, -1) if rows % m == 0]
+        for m in sizes:
+            if m > rows:
+                continue
+            est = estimate(shape, gpus, m, seq_len, precision, activation_checkpointing)
+            if est.total <= usable:
+                return Plan(gpus, m, est, usable)
+    gpus = max((n for n in counts if batch_size % n == 0), default=counts[-1])
+    smallest = estimate(shape, gpus, micro_batch or 1, seq_len, precision, activation_checkpointing)
+    fixes = ["turn on finetune.activation_checkpointing"] if not activation_checkpointing else []
+    fixes += (
+        ["lower finetune.micro_batch_size (or null: the planner's)"]
+        if micro_batch and micro_batch > 1
+        else []
+    )
+    fixes += ["shorten finetune.seq_len", "allow more GPUs per job (gpu.per_node, finetune.ranks)"]
+    raise PlanError(
+        f"fine-tuning a {shape.params / 1e9:.2f}B-parameter model ({shape.layers} layers, hidden "
+        f"{shape.hidden}) does not fit: on {gpus} GPU(s) of {gpu_memory_gb:g} GB with micro-batch "
+        f"{micro_batch or 1} of {seq_len} tokens, {precision}, activation checkpointing "
+        f"{'on' if activation_checkpointing else 'off'}, a rank needs {smallest.describe()}, but "
+        f"{usable / GIB:.1f} GiB are usable ({gpu_memory_gb:g} GB less {headroom:.0%} headroom and "
+        f"{CUDA_RESERVED / GIB:.1f} GiB CUDA context); " + ", or ".join(fixes)
+    )
+
+
+PAPER_MODELS = ("olmo-1b", "olmo-2-7b", "amber")
+
+
+def plans_table(batch_size: int = 256, seq_len: int = 2048, precision: str = "bf16-mixed") -> str:
+    """Markdown table of the plans of the paper's hub models on 40 and 80 GB GPUs (docs/scaling.md)."""
+    from pipeline.models.hub import HUB_PRESETS
+
+    header = ["model", "GPU", "activation checkpointing", "GPUs per job", "micro-batch"]
+    header.append("per GPU (GiB): total = states + working weights + activations + logits (of usable)")
+    rows = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
+    for name in PAPER_MODELS:
+        preset = HUB_PRESETS[name]
+        for gb in (40, 80):
+            for recompute in (False, True):
+                try:
+                    plan = plan_finetune(preset.shape, batch_size, seq_len, precision, recompute, gb, 8)
+                    e = plan.estimate
+                    cells = [str(plan.gpus), str(plan.micro_batch)]
+                    cells.append(
+                        f"{e.total / GIB:.1f} = {e.states / GIB:.1f} + {e.working_weights / GIB:.1f} + "
+                        f"{e.activations / GIB:.1f} + {e.logits / GIB:.1f} (of {plan.usable / GIB:.1f})"
+                    )
+                except PlanError:
+                    cells = ["does not fit on 8", "-", "-"]
+                row = [preset.model_id, f"{gb} GB", "on" if recompute else "off", *cells]
+                rows.append("| " + " | ".join(row) + " |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(plans_table())
