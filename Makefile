@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 STAMP   := .venv/.installed
 CORES   ?= all
 
-.PHONY: setup apt-packages study test smoke demo lint bench clean docs
+.PHONY: setup apt-packages study test smoke demo lint bench clean docs gpu-check
 
 setup: $(STAMP) data/packages/.fetched
 
@@ -61,6 +61,12 @@ lint: setup
 bench: setup
 	$(PY) bench/bench_train_eval.py
 	$(PY) bench/bench_dryrun.py
+
+# On a GPU machine, with its own torch / transformers (no setup: CUDA wheels are not pinned here):
+# CUDA tests, bf16-mixed fine-tuning of OLMo-1B's architecture beside transformers.Trainer (tokens/s,
+# MFU, peak memory vs the planner), perturbation + perplexity. Needs pytest for the tests.
+gpu-check:
+	PYTHONPATH=. $(or $(GPU_PYTHON),python3) bench/gpu_check.py --out gpu-check.json
 
 clean:
 	rm -rf results .snakemake

@@ -14,9 +14,9 @@ Per rank, for a model of P parameters sharded over N ranks (N = 1: one process):
   hooks on CPU (tests/train/test_memory.py): float32 and bf16 autocast save about the same bytes
   (autocast keeps float32 norm inputs beside bf16 matmul inputs). With activation checkpointing a
   layer keeps only its input (4 B x h per token) and one layer at a time is recomputed;
-- logits: one process uses the chunked fused head (at most 2 chunks of 256 MiB of float32
-  logits); a sharded model the full float32 logits, their log-softmax and gradient (12 B x vocab
-  per token).
+- logits: one process uses the chunked fused head (float32 logits of at most 256 MiB of rows at a
+  time, and their gradient); a sharded model the full float32 logits, their log-softmax and
+  gradient (12 B x vocab per token).
 
 A GPU's usable bytes are its memory less `headroom` (10%) and 1.5 GiB that torch's allocator
 does not see (CUDA context, NCCL buffers).
@@ -33,7 +33,7 @@ STATE_BYTES = {"weights": 4, "gradients": 4, "optimizer": 8}  # per parameter, f
 COMPUTE_BYTES = {"fp32": 4, "bf16-mixed": 2}  # bytes of a weight in the forward pass
 CUDA_RESERVED = int(1.5 * GIB)
 HEADROOM = 0.10
-FUSED_HEAD_BYTES = 2 * 256 * (1 << 20)  # pipeline/models/losses.py DEFAULT_CHUNK_BYTES, twice
+FUSED_HEAD_CHUNK = 256 << 20  # pipeline/models/losses.py DEFAULT_CHUNK_BYTES: float32 logits of a chunk
 
 
 class PlanError(ValueError):
@@ -87,7 +87,7 @@ def estimate(
         activations = shape.layers * 4 * shape.hidden * tokens + per_layer
     else:
         activations = shape.layers * per_layer
-    logits = FUSED_HEAD_BYTES if ranks == 1 else 12 * shape.vocab * tokens
+    logits = 2 * min(4 * shape.vocab * tokens, FUSED_HEAD_CHUNK) if ranks == 1 else 12 * shape.vocab * tokens
     return MemoryEstimate(states, working, activations, logits)
 
 
@@ -156,7 +156,7 @@ def plan_finetune(
     )
     fixes += ["shorten finetune.seq_len", "allow more GPUs per job (gpu.per_node, finetune.ranks)"]
     raise PlanError(
-        f"fine-tuning a {shape.params / 1e9:.2f}B-parameter model ({shape.layers} layers, hidden "
+        f"fine-tuning a {shape.params / 1e6:,.1f}M-parameter model ({shape.layers} layers, hidden "
         f"{shape.hidden}) does not fit: on {gpus} GPU(s) of {gpu_memory_gb:g} GB with micro-batch "
         f"{micro_batch or 1} of {seq_len} tokens, {precision}, activation checkpointing "
         f"{'on' if activation_checkpointing else 'off'}, a rank needs {smallest.describe()}, but "

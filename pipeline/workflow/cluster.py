@@ -8,22 +8,18 @@ so the checks are tested with plain stand-ins.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from functools import cache
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from snakemake.exceptions import WorkflowError
 
 from pipeline.models.checkpoints import CheckpointSpec
-from pipeline.models.hub import HUB_PRESETS, HubRevisionError, check_hub_checkpoints, hub_shape
-from pipeline.models.presets import SIZE_PRESETS, job_resources, preset_shape
-from pipeline.models.shapes import ModelShape, shape_of
-from pipeline.train.config import FinetuneConfig, hyperparameters, resolve_precision
-from pipeline.train.memory import Plan, PlanError, plan_finetune
+from pipeline.models.hub import HubRevisionError, check_hub_checkpoints
+from pipeline.models.presets import job_resources
+from pipeline.train.memory import Plan, PlanError
 from pipeline.workflow.config import finetune_ranks
+from pipeline.workflow.plans import checkpoint_shape, finetune_plan
 
 CLUSTER_KEYS = ("slurm_account", "slurm_partition")  # profiles/slurm/config.yaml ships placeholders
 STAGES = ("pretrain", "perturb", "finetune")  # the stages job_resources sizes
@@ -67,46 +63,6 @@ def preset_resources(stage: str, device: str, checkpoints: Checkpoints, ranks: i
     }
 
 
-def checkpoint_shape(spec: CheckpointSpec, vocab: int | None) -> ModelShape:
-    """A checkpoint's model shape at parse time: its size preset (with the study tokenizer's
-    `vocab`), its hub preset, or a local directory's config.json."""
-    if spec.source == "sweep" and spec.model in SIZE_PRESETS:
-        return preset_shape(spec.model, vocab or 50304)
-    if spec.source == "local" and spec.path and Path(spec.path, "config.json").is_file():
-        return shape_of(SimpleNamespace(**json.loads(Path(spec.path, "config.json").read_text())))
-    shape = hub_shape(spec.model_id) if spec.model_id else None
-    if shape is None:
-        known = ", ".join(p.model_id for p in HUB_PRESETS.values())
-        raise PlanError(
-            f"checkpoint {spec.name!r}: the memory planner knows the shapes of the size presets, local "
-            f"checkpoints and {known}; for {spec.model_id or spec.model} set finetune.ranks (GPUs per job) "
-            "and finetune.micro_batch_size"
-        )
-    return shape
-
-
-def finetune_plan(spec: CheckpointSpec, config: dict) -> Plan:
-    """The planner's GPUs and micro-batch of a fine-tuning job on `spec` on the config's GPUs
-    (`gpu:` section); finetune.ranks and micro_batch_size, when set, are kept. PlanError when
-    nothing fits."""
-    ft = config.get("finetune") or {}
-    cfg = FinetuneConfig(**hyperparameters(FinetuneConfig, ft))
-    shape = checkpoint_shape(spec, config.get("tokenizer", {}).get("vocab_size"))
-    gpu = config.get("gpu") or {}
-    return plan_finetune(
-        shape,
-        batch_size=cfg.batch_size,
-        seq_len=min(cfg.seq_len or shape.context, shape.context),
-        precision=resolve_precision(cfg.precision, "cuda"),
-        activation_checkpointing=bool(ft.get("activation_checkpointing", False)),
-        gpu_memory_gb=gpu.get("memory_gb", 80),
-        gpus_per_node=gpu.get("per_node", 8),
-        micro_batch=cfg.micro_batch_size,
-        headroom=gpu.get("headroom", 0.1),
-        gpus=ft.get("ranks"),
-    )
-
-
 def finetune_resources(device: str, checkpoints: Checkpoints, config: dict) -> dict[str, Any]:
     """resources of a fine-tuning job. On CPU (and `auto`): finetune.ranks processes (1 when null).
     With `device: cuda`: the memory planner's GPU count per checkpoint (finetune.ranks when set),
@@ -128,11 +84,14 @@ def finetune_resources(device: str, checkpoints: Checkpoints, config: dict) -> d
         return plan(wildcards.checkpoint).gpus * (4000 + 4 * params // 1_000_000) * attempt
 
     base = preset_resources("finetune", device, checkpoints)
+    threads = int((config.get("finetune") or {}).get("threads", 1))
     return {
         "mem_mb": mem_mb,
         "runtime": base["runtime"],
         "gpu": lambda wildcards: plan(wildcards.checkpoint).gpus,
         "ranks": lambda wildcards: plan(wildcards.checkpoint).gpus,
+        # the job's threads shared by its ranks (SLURM: --cpus-per-gpu)
+        "cpus_per_gpu": lambda wildcards: max(1, threads // plan(wildcards.checkpoint).gpus),
     }
 
 

@@ -251,6 +251,9 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
             )
     if config["tokenizer"]["kind"] == "file" and not config["tokenizer"].get("path"):
         raise ConfigError("invalid config: tokenizer.path is required when tokenizer.kind is 'file'")
+    check_ranks(config)
+    if config.get("device") == "cuda" and finetune_enabled(config):
+        check_plans(config, specs)
     check_grid("finetune.learning_rates", finetune_lrs(config))
     check_grid("finetune.lambdas", finetune_section(config).get("lambdas", [0.0]))
     check_tasks(config)
@@ -261,6 +264,35 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
         except BenchmarkError as err:
             raise ConfigError(f"invalid config: eval.benchmarks: {err}") from None
     return {s.name: s for s in specs}
+
+
+def check_ranks(config: dict) -> None:
+    """finetune.ranks fits one node's GPUs (device cuda) and divides the global batch."""
+    ranks, ft = finetune_ranks(config), finetune_section(config)
+    per_node = (config.get("gpu") or {}).get("per_node", 8)
+    if config.get("device") == "cuda" and ranks > per_node:
+        raise ConfigError(
+            f"invalid config: finetune.ranks {ranks} is more GPUs than a node has (gpu.per_node {per_node}); "
+            "a job runs on one node"
+        )
+    if finetune_enabled(config) and ft.get("batch_size", 64) % ranks:
+        raise ConfigError(
+            f"invalid config: finetune.batch_size {ft.get('batch_size', 64)} cannot be split evenly over "
+            f"finetune.ranks {ranks}"
+        )
+
+
+def check_plans(config: dict, specs: Iterable[CheckpointSpec]) -> None:
+    """Every checkpoint's fine-tuning jobs fit the config's GPUs (the memory planner), else the
+    planner's arithmetic as a config error before any job starts."""
+    from pipeline.train.memory import PlanError
+    from pipeline.workflow.plans import finetune_plan
+
+    for spec in specs:
+        try:
+            finetune_plan(spec, config)
+        except PlanError as err:
+            raise ConfigError(f"invalid config (device cuda, gpu section): {err}") from None
 
 
 def check_tasks(config: dict) -> None:

@@ -32,6 +32,16 @@ CASES = [
     ({"finetune.learning_rates": [1.0e-3, 1.0000001e-3]}, "differ only beyond 6 significant digits"),
     ({"finetune.schedule": "linear"}, "linear"),
     ({"curvature.lambdas_wide": [1.0, 2.0]}, "curvature.lambdas_wide: a λ grid must contain 0"),
+    ({"finetune.ranks": 3}, "finetune.batch_size 8 cannot be split evenly over finetune.ranks 3"),
+    (
+        {"device": "cuda", "finetune.ranks": 4, "gpu.per_node": 2},
+        "finetune.ranks 4 is more GPUs than a node has",
+    ),
+    ({"finetune.precision": "fp16"}, "finetune.precision"),
+    (
+        {"device": "cuda", "gpu.memory_gb": 0.5, "finetune.ranks": 1},
+        "does not fit: on 1 GPU(s) of 0.5 GB",
+    ),
 ]
 
 

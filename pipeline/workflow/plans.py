@@ -1,0 +1,55 @@
+"""The memory planner's plans of a study's fine-tuning jobs (pipeline/train/memory.py), from the
+config at parse time: the model shape of each checkpoint and the `gpu:` / `finetune:` settings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from pipeline.models.checkpoints import CheckpointSpec
+from pipeline.models.hub import HUB_PRESETS, hub_shape
+from pipeline.models.presets import SIZE_PRESETS, preset_shape
+from pipeline.models.shapes import ModelShape, shape_of
+from pipeline.train.config import FinetuneConfig, hyperparameters, resolve_precision
+from pipeline.train.memory import Plan, PlanError, plan_finetune
+
+
+def checkpoint_shape(spec: CheckpointSpec, vocab: int | None) -> ModelShape:
+    """A checkpoint's model shape at parse time: its size preset (with the study tokenizer's
+    `vocab`), its hub preset, or a local directory's config.json."""
+    if spec.source == "sweep" and spec.model in SIZE_PRESETS:
+        return preset_shape(spec.model, vocab or 50304)
+    if spec.source == "local" and spec.path and Path(spec.path, "config.json").is_file():
+        return shape_of(SimpleNamespace(**json.loads(Path(spec.path, "config.json").read_text())))
+    shape = hub_shape(spec.model_id) if spec.model_id else None
+    if shape is None:
+        known = ", ".join(p.model_id for p in HUB_PRESETS.values())
+        raise PlanError(
+            f"checkpoint {spec.name!r}: the memory planner knows the shapes of the size presets, local "
+            f"checkpoints and {known}; for {spec.model_id or spec.model} set finetune.ranks (GPUs per job) "
+            "and finetune.micro_batch_size"
+        )
+    return shape
+
+
+def finetune_plan(spec: CheckpointSpec, config: dict) -> Plan:
+    """The planner's GPUs and micro-batch of a fine-tuning job on `spec` on the config's GPUs
+    (`gpu:` section); finetune.ranks and micro_batch_size, when set, are kept. PlanError when
+    nothing fits."""
+    ft = config.get("finetune") or {}
+    cfg = FinetuneConfig(**hyperparameters(FinetuneConfig, ft))
+    shape = checkpoint_shape(spec, config.get("tokenizer", {}).get("vocab_size"))
+    gpu = config.get("gpu") or {}
+    return plan_finetune(
+        shape,
+        batch_size=cfg.batch_size,
+        seq_len=min(cfg.seq_len or shape.context, shape.context),
+        precision=resolve_precision(cfg.precision, "cuda"),
+        activation_checkpointing=bool(ft.get("activation_checkpointing", False)),
+        gpu_memory_gb=gpu.get("memory_gb", 80),
+        gpus_per_node=gpu.get("per_node", 8),
+        micro_batch=cfg.micro_batch_size,
+        headroom=gpu.get("headroom", 0.1),
+        gpus=ft.get("ranks"),
+    )
