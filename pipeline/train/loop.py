@@ -137,10 +137,14 @@ def _batch_loss(model: torch.nn.Module, head, batch: dict[str, torch.Tensor]) ->
     return lm_loss(logits, batch["labels"])
 
 
-def _micro_batches(batch: dict[str, torch.Tensor], size: int | None) -> list[dict[str, torch.Tensor]]:
-    """The batch split into row slices of at most `size` (without slices that score nothing), each
-    cut after its last scored column: right padding past it cannot change a causal model's loss,
-    and a padded batch's width is set by its longest row, which most slices do not contain."""
+def _micro_batches(
+    batch: dict[str, torch.Tensor], size: int | None, keep_unscored: bool = False
+) -> list[dict[str, torch.Tensor]]:
+    """The batch split into row slices of at most `size` (without slices that score nothing, unless
+    `keep_unscored`: a sharded rank runs every slice, since the other ranks gather layers for it
+    too), each cut after its last scored column: right padding past it cannot change a causal
+    model's loss, and a padded batch's width is set by its longest row, which most slices do not
+    contain."""
     n = len(batch["labels"])
     if size is None or size >= n:
         return [batch]
@@ -150,7 +154,21 @@ def _micro_batches(batch: dict[str, torch.Tensor], size: int | None) -> list[dic
         if len(scored):
             width = int(scored[-1]) + 1
             parts.append({k: v[i : i + size, :width] for k, v in batch.items()})
+        elif keep_unscored:
+            parts.append({k: v[i : i + size, :1] for k, v in batch.items()})
     return parts or [batch]
+
+
+def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+def _scoring_one(part: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`part` with its first label made a real token: a finite loss for a slice that scores
+    nothing (it is weighted 0; a sharded rank still runs its forward and backward)."""
+    labels = part["labels"].clone()
+    labels.view(-1)[0] = 0
+    return part | {"labels": labels}
 
 
 def _save_state(
@@ -256,21 +274,22 @@ def train(
     pending: list[torch.Tensor] = []
     t0, tokens_since, step0 = time.perf_counter(), 0, result.steps_done
     for step in range(result.steps_done, cfg.steps):
-        batch = batch_fn(step)  # the global batch: the same on every rank
-        scored = (batch["labels"] != IGNORE_INDEX).sum().clamp(min=1)
-        mine = {k: v[ranks.rows(len(v))].to(device, non_blocking=True) for k, v in batch.items()}
-        parts = _micro_batches(mine, micro_batch_size)
+        batch = batch_fn(step)  # the global batch (on the host): the same on every rank
+        scored = int((batch["labels"] != IGNORE_INDEX).sum())
+        mine = {k: v[ranks.rows(len(v))] for k, v in batch.items()}
+        parts = _micro_batches(mine, micro_batch_size, keep_unscored=ranks.sharded)
         if len(parts) == 1 and not ranks.sharded:
             with compute:
-                loss = _batch_loss(model, head, mine)
+                loss = _batch_loss(model, head, _to(mine, device))
             total = loss + extra_loss(model) if extra_loss is not None else loss
             total.backward()
         else:  # each part's mean loss weighted by its share of the global batch's scored tokens
             loss = torch.zeros((), device=device)
             for part in parts:
-                share = (part["labels"] != IGNORE_INDEX).sum().to(scored.device) / scored
+                share = int((part["labels"] != IGNORE_INDEX).sum()) / max(scored, 1)
                 with compute:
-                    part_loss = _batch_loss(model, head, part) * share.to(device)
+                    part_loss = _batch_loss(model, head, _to(part if share else _scoring_one(part), device))
+                    part_loss = part_loss * share
                 part_loss.backward()
                 loss += part_loss.detach()
             if extra_loss is not None:
@@ -282,8 +301,9 @@ def train(
         optimizer.step()
         if not result.state_bytes:
             result.state_bytes = state_bytes(model, optimizer)
-            log.info(
-                "rank %d/%d holds %s",
+            log.log(
+                logging.INFO if ranks.sharded else logging.DEBUG,
+                "rank %d of %d holds %s",
                 ranks.rank,
                 ranks.world,
                 ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in result.state_bytes.items()),
@@ -291,7 +311,7 @@ def train(
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         pending.append(loss.detach())
-        tokens_since += int(scored)
+        tokens_since += scored
         result.steps_done = step + 1
         last = result.steps_done == cfg.steps
         stopping = stop_after is not None and result.steps_done >= stop_after

@@ -84,8 +84,9 @@ def checkpoint_params(spec: CheckpointSpec) -> dict:
 
 
 def provenance_config(config: dict) -> dict:
-    """The config without keys that cannot change a number (cadence, threads, analysis)."""
-    cfg = {k: v for k, v in config.items() if k != "analysis"}
+    """The config without keys that cannot change a number (cadence, threads, ranks, the GPUs
+    jobs run on, analysis)."""
+    cfg = {k: v for k, v in config.items() if k not in ("analysis", "gpu")}
     if not benchmarks_enabled(config):  # benchmark settings without benchmark tasks change no number
         cfg["eval"] = eval_config(config)
     return {
