@@ -42,7 +42,9 @@ def plot_fixed_lr(
     formats: Iterable[str],
     max_pretrain_ppl: float | None = None,
 ) -> list[Path]:
-    """Per (model, task) row: Δ pre-training ppl, pre-training ppl and ID test ppl vs tokens, one line per LR.
+    """Per (model, task) row, vs tokens, one line per LR: Δ log pre-training ppl (progressive
+    sensitivity: the base perplexity falls steeply over the smallest budgets, so the absolute Δ
+    would fall with it), pre-training ppl (★ inflection), ID test ppl, and the absolute Δ ppl.
 
     d: analysis.deltas rows of the fine-tuned models (pre-training validation ppl and ID ppl);
     base: unmodified rows (pre-training and ID); inflection: analysis.inflection_table (★).
@@ -51,7 +53,7 @@ def plot_fixed_lr(
     sft = d[d["modification"] == "sft"]
     pre = sft[sft["eval_data"] == "pretrain"]
     keys = sorted(pre.groupby(["model", "task"]).groups)
-    fig, axes = plt.subplots(len(keys), 3, figsize=(16, 4.3 * len(keys)), squeeze=False)
+    fig, axes = plt.subplots(len(keys), 4, figsize=(21, 4.6 * len(keys)), squeeze=False, layout="constrained")
     for row, (model, task) in zip(axes, keys):
         p = pre[(pre["model"] == model) & (pre["task"] == task)]
         keep = plottable_lrs(p, max_pretrain_ppl)
@@ -66,9 +68,10 @@ def plot_fixed_lr(
         palette = _lr_palette(p["learning_rate"])
         style = "lambda_reg" if p["lambda_reg"].nunique() > 1 else None
         panels = (
-            (row[0], p, "delta", "Δ pre-training ppl (fine-tuned − base)"),
+            (row[0], p, "delta_log", "Δ log pre-training ppl  ln(fine-tuned / base)"),
             (row[1], p, "value", "pre-training ppl after fine-tuning"),
             (row[2], idt, "value", f"{task} test ppl after fine-tuning"),
+            (row[3], p, "delta", "Δ pre-training ppl (fine-tuned − base)"),
         )
         for ax, data, col, ylabel in panels:
             if data.empty:
@@ -90,7 +93,7 @@ def plot_fixed_lr(
         bm = base[(base["model"] == model) & (base["modification"] == "none")]
         _base_line(row[1], bm[(bm["eval_data"] == "pretrain") & (bm["split"] == p["split"].iloc[0])])
         _base_line(row[2], bm[(bm["eval_data"] == task) & (bm["split"] == "test")])
-        for ax in row[1:]:
+        for ax in row[1:3]:
             ax.set_yscale("log")
         im = inflection[
             (inflection["model"] == model)
@@ -102,6 +105,7 @@ def plot_fixed_lr(
         row[0].set_title(f"{model} · {task}: progressive sensitivity")
         row[1].set_title(f"{model} · {task}: pre-training ppl (★ inflection)")
         row[2].set_title(f"{model} · {task}: in-domain ppl")
+        row[3].set_title(f"{model} · {task}: absolute Δ pre-training ppl")
         row[1].legend(title="fine-tuning LR", fontsize=8)
     return save_figure(fig, stem, formats)
 
@@ -113,7 +117,7 @@ def plot_tuned(
     the optimal LR."""
     set_style()
     keys = sorted(tuned.groupby(["model", "task"]).groups)
-    fig, axes = plt.subplots(len(keys), 3, figsize=(16, 4.3 * len(keys)), squeeze=False)
+    fig, axes = plt.subplots(len(keys), 3, figsize=(16, 4.6 * len(keys)), squeeze=False, layout="constrained")
     for row, (model, task) in zip(axes, keys):
         t = tuned[(tuned["model"] == model) & (tuned["task"] == task)]
         for ax, (eval_data, split, label) in zip(
@@ -137,6 +141,7 @@ def plot_tuned(
             base = c.drop_duplicates("budget").sort_values("budget")
             ax.plot(base["budget"], base["base"], "k--", marker="s", ms=4, label="base (not fine-tuned)")
             token_axis(ax, ticks=c["budget"])
+            ax.set_yscale("log")  # the base model's ID ppl can be orders of magnitude above the tuned
             ax.set_ylabel(f"{label} at the tuned LR")
             ax.legend(fontsize=8)
         o = optimal[(optimal["model"] == model) & (optimal["task"] == task)]
