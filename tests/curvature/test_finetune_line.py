@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from train.test_finetune import mr_task, run, study_files  # noqa: F401 (fixtures)
+from train.test_finetune import run
 
 from pipeline.curvature.config import CurvatureConfig
 from pipeline.curvature.stage import FinetuneLine

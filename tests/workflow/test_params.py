@@ -93,7 +93,11 @@ def test_params_are_the_fields_that_change_numbers():
     pt = PretrainConfig(**pretrain_params(cfg), **execution(PretrainConfig, cfg["pretrain"]))
     assert (pt.lr, pt.log_every, pt.checkpoint_every) == (3.0e-2, 50, 100)
     prov = provenance_config(cfg)
-    assert "analysis" not in prov and "gpu" not in prov and not UNNUMBERED & (set(prov["pretrain"]) | set(prov["finetune"]))
+    assert (
+        "analysis" not in prov
+        and "gpu" not in prov
+        and not UNNUMBERED & (set(prov["pretrain"]) | set(prov["finetune"]))
+    )
 
 
 def test_a_new_field_reaches_the_job_without_a_key_list():
