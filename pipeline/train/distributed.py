@@ -211,3 +211,28 @@ def remove_sharded(path: Path, ranks: Ranks) -> None:
     if ranks.main:
         for p in (path, _previous(path), path.with_name(path.name + ".tmp")):
             shutil.rmtree(p, ignore_errors=True)
+
+
+def gathered_copy(model: torch.nn.Module, ranks: Ranks, dtype: torch.dtype) -> torch.nn.Module | None:
+    """Rank 0's whole unsharded copy of a sharded model in `dtype` on its device (None on the other
+    ranks; every rank must call it: the gather is a collective). For evaluation code that runs a
+    model in one process, e.g. lm-eval, whose evaluator splits and returns work by rank."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    from transformers import AutoModelForCausalLM
+
+    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not ranks.main:
+        return None
+    copy = AutoModelForCausalLM.from_config(model.config, dtype=torch.float32)
+    copy.load_state_dict(full)
+    device = next(model.parameters()).device
+    return copy.to(device=device, dtype=dtype).eval()
+
+
+def from_main(value: object, ranks: Ranks) -> object:
+    """Rank 0's `value` on every rank."""
+    if not ranks.sharded:
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

@@ -44,6 +44,8 @@ from pipeline.train.distributed import (
     Ranks,
     all_sum,
     check_same,
+    from_main,
+    gathered_copy,
     local,
     remove_sharded,
     reshard,
@@ -163,6 +165,18 @@ def task_base_rows(
             {m: round(result[m], 4) for m in TASK_METRICS[task.kind]},
         )
     return rows
+
+
+def _benchmark_rows(model, tokenizer, bench_cfg: dict, common: dict, ranks: Ranks) -> list[dict]:
+    """The lm-eval suite's rows of the fine-tuned model; a sharded model is scored on rank 0's
+    gathered copy (bf16 on GPU, as the base models are), the rows sent to every rank."""
+    if not ranks.sharded:
+        return configured_rows(eval_configured(model, tokenizer, bench_cfg), bench_cfg, **common)
+    device = next(model.parameters()).device
+    copy = gathered_copy(model, ranks, torch.bfloat16 if device.type == "cuda" else torch.float32)
+    rows = configured_rows(eval_configured(copy, tokenizer, bench_cfg), bench_cfg, **common) if copy else None
+    del copy
+    return from_main(rows, ranks)
 
 
 def _planned_micro_batch(
@@ -343,7 +357,7 @@ def finetune_run(
         ]
     rows.append(metric_row(**common, eval_data="weights", split=None, metric="distance_l2", value=distance))
     if bench_cfg and bench_cfg.get("tasks"):
-        rows += configured_rows(eval_configured(model, tokenizer, bench_cfg), bench_cfg, **common)
+        rows += _benchmark_rows(model, tokenizer, bench_cfg, common, ranks)
     log.info(
         "done: pre-training ppl %.3f | ID val ppl %.3f test ppl %.3f | ‖θ_ft − θ_pre‖ %.4f | %.0f s training",
         pre["ppl"],
