@@ -52,7 +52,7 @@ from pipeline.train.distributed import (
     shard_model,
 )
 from pipeline.train.loop import train
-from pipeline.train.memory import plan_finetune
+from pipeline.train.memory import plan_run
 from pipeline.train.precision import compute_context
 from pipeline.train.recompute import enable_activation_checkpointing
 
@@ -183,17 +183,7 @@ def _planned_micro_batch(
     model: torch.nn.Module, cfg: FinetuneConfig, max_len: int, ranks: Ranks, gpu: dict
 ) -> int:
     """The micro-batch the memory planner fits on this job's GPUs (the job's rank count is fixed)."""
-    plan = plan_finetune(
-        shape_of(model.config),
-        batch_size=cfg.batch_size,
-        seq_len=max_len,
-        precision=cfg.precision,
-        activation_checkpointing=cfg.activation_checkpointing,
-        gpu_memory_gb=gpu.get("memory_gb", 80),
-        gpus_per_node=ranks.world,
-        headroom=gpu.get("headroom", 0.1),
-        gpus=ranks.world,
-    )
+    plan = plan_run(shape_of(model.config), cfg, max_len, gpu, gpus=ranks.world)
     log.info("memory plan: %s", plan.describe())
     return plan.micro_batch
 

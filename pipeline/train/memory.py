@@ -24,9 +24,11 @@ does not see (CUDA context, NCCL buffers).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pipeline.models.shapes import ModelShape
+from pipeline.train.config import FinetuneConfig, resolve_precision
 
 GIB = 1 << 30
 STATE_BYTES = {"weights": 4, "gradients": 4, "optimizer": 8}  # per parameter, float32
@@ -162,6 +164,25 @@ def plan_finetune(
         f"{'on' if activation_checkpointing else 'off'}, a rank needs {smallest.describe()}, but "
         f"{usable / GIB:.1f} GiB are usable ({gpu_memory_gb:g} GB less {headroom:.0%} headroom and "
         f"{CUDA_RESERVED / GIB:.1f} GiB CUDA context); " + ", or ".join(fixes)
+    )
+
+
+def plan_run(
+    shape: ModelShape, cfg: FinetuneConfig, seq_len: int, gpu: Mapping, gpus: int | None = None
+) -> Plan:
+    """`plan_finetune` of a fine-tuning run config (its batch, precision on CUDA, activation
+    checkpointing and micro-batch) on the config's `gpu:` section (memory_gb, per_node, headroom)."""
+    return plan_finetune(
+        shape,
+        batch_size=cfg.batch_size,
+        seq_len=seq_len,
+        precision=resolve_precision(cfg.precision, "cuda"),
+        activation_checkpointing=cfg.activation_checkpointing,
+        gpu_memory_gb=gpu.get("memory_gb", 80),
+        gpus_per_node=gpu.get("per_node", 8),
+        micro_batch=cfg.micro_batch_size,
+        headroom=gpu.get("headroom", HEADROOM),
+        gpus=gpus,
     )
 
 

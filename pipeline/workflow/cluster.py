@@ -71,6 +71,8 @@ def finetune_resources(device: str, checkpoints: Checkpoints, config: dict) -> d
     if not gpu_count(device):
         return preset_resources("finetune", device, checkpoints, finetune_ranks(config))
 
+    vocab = config.get("tokenizer", {}).get("vocab_size")
+
     @cache
     def plan(name: str) -> Plan:
         try:
@@ -78,10 +80,13 @@ def finetune_resources(device: str, checkpoints: Checkpoints, config: dict) -> d
         except PlanError as err:
             raise WorkflowError(f"finetune (device cuda): {err}") from None
 
+    @cache
+    def host_mb(name: str) -> int:
+        """Each rank loads the float32 checkpoint on the host."""
+        return plan(name).gpus * (4000 + 4 * checkpoint_shape(checkpoints[name], vocab).params // 1_000_000)
+
     def mem_mb(wildcards: Any, attempt: int) -> int:
-        spec = checkpoints[wildcards.checkpoint]
-        params = checkpoint_shape(spec, config.get("tokenizer", {}).get("vocab_size")).params
-        return plan(wildcards.checkpoint).gpus * (4000 + 4 * params // 1_000_000) * attempt
+        return host_mb(wildcards.checkpoint) * attempt
 
     base = preset_resources("finetune", device, checkpoints)
     threads = int((config.get("finetune") or {}).get("threads", 1))

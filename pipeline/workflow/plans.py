@@ -11,8 +11,8 @@ from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.models.hub import HUB_PRESETS, hub_shape
 from pipeline.models.presets import SIZE_PRESETS, preset_shape
 from pipeline.models.shapes import ModelShape, shape_of
-from pipeline.train.config import FinetuneConfig, hyperparameters, resolve_precision
-from pipeline.train.memory import Plan, PlanError, plan_finetune
+from pipeline.train.config import FinetuneConfig, execution, hyperparameters
+from pipeline.train.memory import Plan, PlanError, plan_run
 
 
 def checkpoint_shape(spec: CheckpointSpec, vocab: int | None) -> ModelShape:
@@ -38,18 +38,7 @@ def finetune_plan(spec: CheckpointSpec, config: dict) -> Plan:
     (`gpu:` section); finetune.ranks and micro_batch_size, when set, are kept. PlanError when
     nothing fits."""
     ft = config.get("finetune") or {}
-    cfg = FinetuneConfig(**hyperparameters(FinetuneConfig, ft))
+    cfg = FinetuneConfig(**hyperparameters(FinetuneConfig, ft), **execution(FinetuneConfig, ft))
     shape = checkpoint_shape(spec, config.get("tokenizer", {}).get("vocab_size"))
-    gpu = config.get("gpu") or {}
-    return plan_finetune(
-        shape,
-        batch_size=cfg.batch_size,
-        seq_len=min(cfg.seq_len or shape.context, shape.context),
-        precision=resolve_precision(cfg.precision, "cuda"),
-        activation_checkpointing=bool(ft.get("activation_checkpointing", False)),
-        gpu_memory_gb=gpu.get("memory_gb", 80),
-        gpus_per_node=gpu.get("per_node", 8),
-        micro_batch=cfg.micro_batch_size,
-        headroom=gpu.get("headroom", 0.1),
-        gpus=ft.get("ranks"),
-    )
+    seq_len = min(cfg.seq_len or shape.context, shape.context)
+    return plan_run(shape, cfg, seq_len, config.get("gpu") or {}, gpus=ft.get("ranks"))
