@@ -1,5 +1,7 @@
 # Shared by every rule: wildcard constraints, and one-line wrappers that bind this study's config
 # to the workflow layer (pipeline/workflow/: config checks, results layout, targets, params, jobs).
+from snakemake.logging import logger
+
 from pipeline.data.tasks import TASK_NAMES
 from pipeline.workflow import cluster, layout, targets
 from pipeline.workflow.config import (
@@ -7,6 +9,8 @@ from pipeline.workflow.config import (
     check_config,
     curvature_section,
     eval_config,
+    finetune_enabled,
+    finetune_search,
     finetune_section,
     task_settings,
 )
@@ -18,6 +22,7 @@ from pipeline.workflow.params import (
     curvature_params,
     finetune_bench,
     finetune_params,
+    lr_search_params,
     pretrain_params,
     provenance_config,
     task_base_params,
@@ -32,9 +37,13 @@ wildcard_constraints:
     lr=r"[0-9.e+-]+",
     lam=r"[0-9.e+-]+",
     seed=r"\d+",
+    round=r"\d+",
 
 
 CHECKPOINTS = check_config(config, check_benchmark_tasks=workflow.is_main_process)
+SEARCH = finetune_search(config) if finetune_enabled(config) else None
+if SEARCH is not None and workflow.is_main_process:
+    logger.info(targets.search_bound(config, CHECKPOINTS))
 DEVICE = config.get("device", "auto")
 FORMATS = config["analysis"]["figure_formats"]
 
@@ -95,6 +104,28 @@ def tokenizer_task_tables(wildcards):
 
 def benchmark_figure_inputs(wildcards):
     return targets.benchmark_figure_inputs(config)
+
+
+# --- the adaptive learning-rate search: rounds are checkpoints; each (checkpoint, task, λ) walks its own ---
+
+
+def search_round_file(checkpoint, task, lam):
+    """round -> that search round's JSON (raises, so Snakemake runs it, until it exists)."""
+    fields = {"checkpoint": checkpoint, "task": task, "lam": lam}
+    return lambda r: checkpoints.lr_search_round.get(**fields, round=r).output[0]
+
+
+def lr_search_round_inputs(wildcards):
+    r = int(wildcards.round)
+    fields = {"checkpoint": wildcards.checkpoint, "task": wildcards.task, "lam": wildcards.lam}
+    previous = search_round_file(**fields)(r - 1) if r > 0 else None
+    return targets.search_round_inputs(config, **fields, previous=previous)
+
+
+def lr_search_setting_inputs(wildcards):
+    fields = {"checkpoint": wildcards.checkpoint, "task": wildcards.task, "lam": wildcards.lam}
+    final = targets.search_final(config, search_round_file(**fields))
+    return targets.search_setting_inputs(config, **fields, final=final)
 
 
 def check_hub_revisions(jobs):

@@ -57,7 +57,7 @@ rule finetune:
     log:
         study_path("logs/finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.log"),
     benchmark:
-        study_path("benchmarks/finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.tsv")
+        study_path(layout.FINETUNE_BENCHMARK)
     conda:
         "../envs/overtrain.yaml"
     threads: finetune_section(config).get("threads", 1)
@@ -116,3 +116,68 @@ rule finetune_figures:
         max_pretrain_ppl=config["analysis"].get("finetune_max_pretrain_ppl"),
     script:
         "scripts/finetune_figures.py"
+
+
+# The adaptive learning-rate search (finetune.learning_rates: {search: ...}, docs/lr-search.md): per
+# (checkpoint, task, λ) a chain of rounds; each round is a checkpoint, so the workflow reads the
+# next round's learning rates from its JSON and schedules those fine-tuning runs.
+checkpoint lr_search_round:
+    input:
+        unpack(lr_search_round_inputs),
+    output:
+        study_path(layout.LR_SEARCH_ROUND),
+    log:
+        study_path("logs/finetune/{checkpoint}/{task}/lr_search_lam{lam}_round{round}.log"),
+    benchmark:
+        study_path("benchmarks/finetune/{checkpoint}/{task}/lr_search_lam{lam}_round{round}.tsv")
+    conda:
+        "../envs/overtrain.yaml"
+    threads: 1
+    resources:
+        **fixed_resources(1000, 5),
+    params:
+        search=lr_search_params(config),
+    script:
+        "scripts/lr_search_round.py"
+
+
+rule lr_search_setting:
+    input:
+        unpack(lr_search_setting_inputs),
+    output:
+        final=study_path(layout.LR_SEARCH_FINAL),
+        runs=study_path(layout.LR_SEARCH_RUNS),
+        lines=study_path(layout.LR_SEARCH_LINES),
+    log:
+        study_path("logs/finetune/{checkpoint}/{task}/lr_search_lam{lam}.log"),
+    benchmark:
+        study_path("benchmarks/finetune/{checkpoint}/{task}/lr_search_lam{lam}.tsv")
+    conda:
+        "../envs/overtrain.yaml"
+    threads: 1
+    resources:
+        **fixed_resources(2000, 5),
+    script:
+        "scripts/lr_search_setting.py"
+
+
+rule lr_search:
+    input:
+        targets.search_finals(config, CHECKPOINTS),
+    output:
+        path=study_path(layout.LR_SEARCH),
+        cost=study_path(layout.LR_SEARCH_COST),
+    log:
+        study_path("logs/lr_search.log"),
+    benchmark:
+        study_path("benchmarks/lr_search.tsv")
+    conda:
+        "../envs/overtrain.yaml"
+    threads: 1
+    resources:
+        **fixed_resources(2000, 10),
+    params:
+        search=lr_search_params(config),
+        seeds=finetune_section(config).get("seeds"),
+    script:
+        "scripts/lr_search.py"

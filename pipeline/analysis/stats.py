@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
+from pipeline.sweeps.lr_search import SELECT_METRIC, SELECT_SPLIT
+
 # Columns that identify one modification setting (one line in the figures).
 SETTING_KEYS = ["model", "modification", "gamma", "task", "learning_rate", "lambda_reg", "eval_data", "split"]
 
@@ -122,36 +124,59 @@ def inflection_table(d: pd.DataFrame, n_bootstrap: int, seed: int, ci: float = 0
 TUNED_KEYS = ["model", "task", "lambda_reg", "checkpoint", "budget"]
 
 
+def selection_scores(
+    sft: pd.DataFrame, select_split: str = SELECT_SPLIT, select_metric: str = SELECT_METRIC
+) -> pd.DataFrame:
+    """Per fine-tuning run (TUNED_KEYS, learning_rate, seed): the score a tuned learning rate
+    minimises, the in-domain `select_split` `select_metric`; inf for a diverged run."""
+    sel = sft[
+        (sft["eval_data"] == sft["task"]) & (sft["split"] == select_split) & (sft["metric"] == select_metric)
+    ]
+    bad = sel["diverged"].astype(bool) | ~np.isfinite(sel["value"].astype(float))
+    return sel.assign(score=sel["value"].astype(float).where(~bad, np.inf))[
+        TUNED_KEYS + ["learning_rate", "seed", "score"]
+    ]
+
+
 def tuned_table(
-    metrics: pd.DataFrame, select_split: str = "validation", select_metric: str = "ppl"
+    metrics: pd.DataFrame, select_split: str = SELECT_SPLIT, select_metric: str = SELECT_METRIC
 ) -> pd.DataFrame:
     """Per (model, task, λ, checkpoint): the learning rate with the best seed-mean in-domain
     `select_split` `select_metric`, and every metric of the fine-tuned models at that rate.
 
-    A learning rate with any diverged seed is never selected. Rows: one per (setting,
-    eval_data, split, metric) with the seed mean, sd and count, and the unmodified value.
+    The mean is over the seeds every learning rate of the setting has: all seeds of a grid, the
+    searching seed of an adaptive search (whose other seeds ran at its choice only). A learning
+    rate with any diverged seed is never selected. Rows: one per (setting, eval_data, split,
+    metric) with the seed mean, sd and count, the unmodified value, and whether the chosen rate is
+    the lowest or highest evaluated (`at_edge`: the optimum may lie outside the grid).
     """
     sft = metrics[metrics["modification"] == "sft"]
     if sft.empty:
         return pd.DataFrame(
             columns=TUNED_KEYS
-            + ["learning_rate", "eval_data", "split", "metric", "mean", "sd", "n_seeds", "base"]
+            + ["learning_rate", "at_edge", "eval_data", "split", "metric", "mean", "sd", "n_seeds", "base"]
         )
-    sel = sft[
-        (sft["eval_data"] == sft["task"]) & (sft["split"] == select_split) & (sft["metric"] == select_metric)
-    ]
+    runs = selection_scores(sft, select_split, select_metric)
+    lrs_per_setting = runs.groupby(TUNED_KEYS, dropna=False)["learning_rate"].transform("nunique")
+    lrs_per_seed = runs.groupby(TUNED_KEYS + ["seed"], dropna=False)["learning_rate"].transform("nunique")
     score = (
-        sel.groupby(TUNED_KEYS + ["learning_rate"], dropna=False)
-        .agg(score=("value", "mean"), diverged=("diverged", "any"))
+        runs[lrs_per_seed == lrs_per_setting]
+        .groupby(TUNED_KEYS + ["learning_rate"], dropna=False)
+        .agg(score=("score", "mean"))
         .reset_index()
     )
-    score.loc[score["diverged"] | ~np.isfinite(score["score"]), "score"] = np.inf
+    span = score.groupby(TUNED_KEYS, dropna=False)["learning_rate"]
+    score["at_edge"] = (score["learning_rate"] == span.transform("min")) | (
+        score["learning_rate"] == span.transform("max")
+    )
     ranked = score.sort_values(["score", "learning_rate"])
     best = ranked.groupby(TUNED_KEYS, dropna=False, sort=True).head(1)
-    best = best[np.isfinite(best["score"])][TUNED_KEYS + ["learning_rate"]]
+    best = best[np.isfinite(best["score"])][TUNED_KEYS + ["learning_rate", "at_edge"]]
     chosen = sft.merge(best, on=TUNED_KEYS + ["learning_rate"], how="inner")
     out = (
-        chosen.groupby(TUNED_KEYS + ["learning_rate", "eval_data", "split", "metric"], dropna=False)
+        chosen.groupby(
+            TUNED_KEYS + ["learning_rate", "at_edge", "eval_data", "split", "metric"], dropna=False
+        )
         .agg(mean=("value", "mean"), sd=("value", "std"), n_seeds=("seed", "nunique"))
         .reset_index()
     )
@@ -226,6 +251,8 @@ def optimal_lr_table(tuned: pd.DataFrame, flat_slope: float = 0.1, id_split: str
                 **dict(zip(["model", "task", "lambda_reg"], key)),
                 "budgets": budgets.tolist(),
                 "optimal_lrs": lrs.tolist(),
+                # the optimum sits on the grid's (or search's) edge: it may lie outside
+                "lr_at_edge": lr["at_edge"].astype(bool).tolist(),
                 "lr_slope": slope,
                 "lr_trend": trend,
                 "pretrain_inflection": pre_infl,

@@ -19,15 +19,10 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import (
-    get_constant_schedule,
-    get_constant_schedule_with_warmup,
-    get_cosine_schedule_with_warmup,
-)
 
 from pipeline.io import atomic_path
 from pipeline.models.losses import IGNORE_INDEX, body_hidden, fused_head, fused_linear_cross_entropy
-from pipeline.train.config import SCHEDULES, TrainConfig
+from pipeline.train.config import TrainConfig
 from pipeline.train.distributed import (
     SINGLE,
     Ranks,
@@ -38,6 +33,7 @@ from pipeline.train.distributed import (
     state_bytes,
 )
 from pipeline.train.precision import check_precision, compute_context, fp32_output_layer
+from pipeline.train.schedules import lambda_schedule
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +104,7 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Adam
 def make_schedule(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
     """Learning-rate schedule; cosine reaches exactly zero after `cfg.steps` steps."""
     warmup = int(round(cfg.warmup_fraction * cfg.steps))
-    if cfg.schedule == "cosine":
-        return get_cosine_schedule_with_warmup(optimizer, warmup, cfg.steps)
-    if cfg.schedule == "constant_with_warmup":
-        return get_constant_schedule_with_warmup(optimizer, warmup)
-    if cfg.schedule == "constant":
-        return get_constant_schedule(optimizer)
-    raise ValueError(f"schedule {cfg.schedule!r} is unknown; expected one of {SCHEDULES}")
+    return lambda_schedule(optimizer, cfg.schedule, warmup, cfg.steps)
 
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

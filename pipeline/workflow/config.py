@@ -21,6 +21,8 @@ from pipeline.data.tasks import EMBEDDED_TASKS, TASK_NAMES, TaskError, task_file
 from pipeline.evaluate.benchmarks import SUITE, BenchmarkError, benchmark_config, validate_benchmark_tasks
 from pipeline.models.checkpoints import CheckpointSpec, study_checkpoints
 from pipeline.models.presets import finetune_lr_grid, format_hparam, steps_for_budget
+from pipeline.sweeps.lr_search import LRSearch, SearchError
+from pipeline.sweeps.lr_search import from_config as search_from_config
 from pipeline.train.config import FinetuneConfig, PretrainConfig, hyperparameters
 
 MAX_ERRORS = 10  # schema errors reported at once
@@ -340,8 +342,21 @@ def finetune_enabled(config: dict) -> bool:
 
 
 def finetune_lrs(config: dict) -> tuple[float, ...]:
-    """The learning-rate grid: a list, or a named grid ("paper": Table 4, "instruct": Table 2)."""
-    return finetune_lr_grid(finetune_section(config).get("learning_rates", []))
+    """The learning-rate grid: a list, or a named grid ("paper": Table 4, "instruct": Table 2);
+    with a search, its lattice (every learning rate it may run)."""
+    search = finetune_search(config)
+    return search.lattice if search else finetune_lr_grid(finetune_section(config).get("learning_rates", []))
+
+
+def finetune_search(config: dict) -> LRSearch | None:
+    """The adaptive learning-rate search (`learning_rates: {search: ...}`), or None for a grid."""
+    value = finetune_section(config).get("learning_rates")
+    if not isinstance(value, dict):
+        return None
+    try:
+        return search_from_config(value["search"])
+    except SearchError as err:
+        raise ConfigError(f"invalid config: {err}") from None
 
 
 def task_settings(config: dict, task: str) -> dict:

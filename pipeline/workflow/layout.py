@@ -17,6 +17,15 @@ TASK_BASE_PART = "finetune/{checkpoint}/{task}/base.parquet"
 FINETUNE_PART = "finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.parquet"
 # the fine-tuning job's loss along θ_ft − θ_pre (curvature stage; empty when it is off)
 FINETUNE_LINE_PART = "finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.line.parquet"
+FINETUNE_BENCHMARK = "benchmarks/finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.tsv"  # its run time
+# the adaptive learning-rate search: its state after each round (the next round reads its learning rates)
+LR_SEARCH_ROUND = "finetune/{checkpoint}/{task}/lr_search/lam{lam}_round{round}.json"
+# a finished search's runs: the final round's record, every run's metric rows and line rows
+LR_SEARCH_FINAL = "finetune/{checkpoint}/{task}/lr_search/lam{lam}.json"
+LR_SEARCH_RUNS = "finetune/{checkpoint}/{task}/lr_search/lam{lam}.parquet"
+LR_SEARCH_LINES = "finetune/{checkpoint}/{task}/lr_search/lam{lam}.line.parquet"
+LR_SEARCH = "analysis/lr_search.parquet"  # every search's path: one row per evaluated learning rate
+LR_SEARCH_COST = "analysis/lr_search_cost.parquet"  # per search: runs and rounds vs the full grid
 CURVATURE_LINE_PART = "curvature/{checkpoint}/lines.parquet"  # Gaussian lines of one checkpoint
 CURVATURE_SHARPNESS_PART = "curvature/{checkpoint}/sharpness.parquet"  # metric rows
 CURVATURE_LINES = "curvature/lines.parquet"  # every line of the study

@@ -12,6 +12,7 @@ from dataclasses import fields
 
 from pipeline.curvature.config import CurvatureConfig
 from pipeline.models.checkpoints import CheckpointSpec
+from pipeline.sweeps.lr_search import SELECT_METRIC, SELECT_SPLIT
 from pipeline.train.config import FinetuneConfig, PretrainConfig, changes_numbers, hyperparameters
 from pipeline.workflow.config import (
     bench_config,
@@ -72,6 +73,16 @@ def curvature_finetune_params(config: dict) -> dict | None:
         return None
     hp = hyperparameters(CurvatureConfig, curvature_section(config))
     return {f.name: hp[f.name] for f in fields(CurvatureConfig) if f.metadata.get("finetune")}
+
+
+def lr_search_params(config: dict) -> dict | None:
+    """What a search round decides with: the search settings, the seed that searches and the
+    in-domain score it minimises (None without a search)."""
+    value = finetune_section(config).get("learning_rates")
+    if not isinstance(value, dict):
+        return None
+    seed = finetune_section(config)["seeds"][0]
+    return {"search": value["search"], "seed": seed, "split": SELECT_SPLIT, "metric": SELECT_METRIC}
 
 
 def checkpoint_params(spec: CheckpointSpec) -> dict:

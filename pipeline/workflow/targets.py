@@ -5,6 +5,10 @@ names from the figure registry (figures.py).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
+
 from pipeline.data.corpus import EMBEDDED_PACKAGES
 from pipeline.data.tasks import TASK_NAMES, task_files
 from pipeline.models.checkpoints import CheckpointSpec
@@ -15,6 +19,7 @@ from pipeline.workflow.config import (
     curvature_enabled,
     finetune_enabled,
     finetune_lrs,
+    finetune_search,
     finetune_section,
     task_settings,
     theory_enabled,
@@ -55,32 +60,127 @@ def lm_eval_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
     return [path(config, layout.LM_EVAL_PART, checkpoint=name) for name in checkpoints]
 
 
+def grid_runs(config: dict) -> RunsOf:
+    """Every (learning rate, seed) of the grid, for any (checkpoint, task, λ)."""
+    seeds = finetune_section(config)["seeds"]
+    return lambda checkpoint, task, lam: [(lr, seed) for lr in finetune_lrs(config) for seed in seeds]
+
+
 def finetune_parts(config: dict, checkpoints: Checkpoints, pattern: str = layout.FINETUNE_PART) -> list[str]:
     """One metrics file per (checkpoint, task, lr, λ, seed), plus each (checkpoint, task)'s base
-    evaluation (`pattern`: another per-run output, e.g. its line table, without the base)."""
+    evaluation (`pattern`: another per-run output, e.g. its line table, without the base). With a
+    search: one file per (checkpoint, task, λ) holding its runs' rows (its runs are known only
+    as it goes)."""
     if not finetune_enabled(config):
         return []
-    ft = finetune_section(config)
+    ft, search = finetune_section(config), finetune_search(config)
     out = []
     for name in checkpoints:
         for task in ft["tasks"]:
             if pattern == layout.FINETUNE_PART:
                 out.append(path(config, layout.TASK_BASE_PART, checkpoint=name, task=task))
-            out += [
-                path(
-                    config,
-                    pattern,
-                    checkpoint=name,
-                    task=task,
-                    lr=format_hparam(lr),
-                    lam=format_hparam(lam),
-                    seed=seed,
-                )
-                for lr in finetune_lrs(config)
-                for lam in ft["lambdas"]
-                for seed in ft["seeds"]
-            ]
+            for lam in ft["lambdas"]:
+                if search:
+                    part = SEARCH_PARTS[pattern]
+                    out.append(path(config, part, checkpoint=name, task=task, lam=format_hparam(lam)))
+                else:
+                    out += [
+                        run_path(config, pattern, name, task, lr, lam, seed)
+                        for lr in finetune_lrs(config)
+                        for seed in ft["seeds"]
+                    ]
     return out
+
+
+# a search's per-(checkpoint, task, λ) file standing for each per-run output
+SEARCH_PARTS = {
+    layout.FINETUNE_PART: layout.LR_SEARCH_RUNS,
+    layout.FINETUNE_LINE_PART: layout.LR_SEARCH_LINES,
+}
+
+
+def run_path(config: dict, pattern: str, checkpoint: str, task: str, lr: float, lam: float, seed: int) -> str:
+    """A fine-tuning run's file (`pattern`: its metrics or its line table)."""
+    return path(
+        config,
+        pattern,
+        checkpoint=checkpoint,
+        task=task,
+        lr=format_hparam(lr),
+        lam=format_hparam(lam),
+        seed=seed,
+    )
+
+
+# --- the adaptive learning-rate search (checkpoint rules: each round's runs come from the last) ----
+
+# round r's JSON of one (checkpoint, task, λ); the workflow's checkpoint raises until it exists
+RoundFile = Callable[[int], str]
+
+
+def search_round_inputs(config: dict, checkpoint: str, task: str, lam: float, previous: str | None) -> dict:
+    """Inputs of a search round: the previous round's JSON (none for round 0) and the runs it asks for."""
+    search = finetune_search(config)
+    if previous is None:
+        lrs = [search.lattice[i] for i in search.start]
+    else:
+        record = json.loads(Path(previous).read_text())
+        if record["done"]:
+            raise ValueError(f"{previous}: the search ended in this round; there is no next round")
+        lrs = record["next"]
+    seed = finetune_section(config)["seeds"][0]
+    runs = [run_path(config, layout.FINETUNE_PART, checkpoint, task, lr, lam, seed) for lr in lrs]
+    return {"previous": [previous] if previous else [], "runs": runs}
+
+
+def search_final(config: dict, round_file: RoundFile) -> str:
+    """The JSON of a search's last round, walking its rounds from 0."""
+    for r in range(finetune_search(config).rounds_bound):
+        if json.loads(Path(round_file(r)).read_text())["done"]:
+            return round_file(r)
+    raise ValueError(f"{round_file(r)}: the search has not ended after its most rounds ({r + 1})")
+
+
+def search_setting_inputs(config: dict, checkpoint: str, task: str, lam: str, final: str) -> dict:
+    """Inputs of a finished search's (checkpoint, task, λ): its last round's JSON, and the metrics
+    and line tables of every run: each evaluated learning rate with the first seed, the other
+    seeds at the chosen one."""
+    record, seeds = json.loads(Path(final).read_text()), finetune_section(config)["seeds"]
+    runs = [(row["learning_rate"], seeds[0]) for row in record["evaluated"]]
+    runs += [(record["chosen"], seed) for seed in seeds[1:]]
+    lam = float(lam)
+
+    def parts(pattern: str) -> list[str]:
+        return [run_path(config, pattern, checkpoint, task, lr, lam, seed) for lr, seed in runs]
+
+    return {"final": [final], "runs": parts(layout.FINETUNE_PART), "lines": parts(layout.FINETUNE_LINE_PART)}
+
+
+def search_finals(config: dict, checkpoints: Checkpoints) -> list[str]:
+    """Every search's final record (rule lr_search's inputs)."""
+    ft = finetune_section(config)
+    return [
+        path(config, layout.LR_SEARCH_FINAL, checkpoint=c, task=t, lam=format_hparam(lam))
+        for c in checkpoints
+        for t in ft["tasks"]
+        for lam in ft["lambdas"]
+    ]
+
+
+def search_bound(config: dict, checkpoints: Checkpoints) -> str:
+    """The search's cost before it runs (shown by a dry run): its most runs and rounds, against the
+    full grid at its resolution."""
+    search, ft = finetune_search(config), finetune_section(config)
+    settings = len(checkpoints) * len(ft["tasks"]) * len(ft["lambdas"])
+    seeds = len(ft["seeds"])
+    per_search, rounds = search.runs_bound + seeds - 1, search.rounds_bound + (seeds > 1)
+    grid = search.grid_size * seeds
+    return (
+        f"finetune.learning_rates.search: at most {per_search} fine-tuning runs in {rounds} "
+        f"rounds per (checkpoint, task, λ) ({search.runs_bound} searching with seed {ft['seeds'][0]}, "
+        f"then {seeds - 1} other seed(s) at the chosen rate); at most {per_search * settings} runs in all vs "
+        f"{grid * settings} for the full grid at the same resolution ({per_search / grid:.0%})"
+    )
 
 
 def curvature_sharpness_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
@@ -117,6 +217,7 @@ def all_outputs(config: dict, checkpoints: Checkpoints) -> list[str]:
         out += stage_figures(config, "pretrain")
     if finetune_enabled(config):
         out += [path(config, layout.FINETUNE_TUNED)] + stage_figures(config, "finetune")
+        out += [path(config, layout.LR_SEARCH)] if finetune_search(config) else []
     if benchmarks_enabled(config):
         out += stage_figures(config, "benchmarks")
     if curvature_enabled(config):
