@@ -48,6 +48,7 @@ def paper_scale_config(lambdas: list[float] = (0.0,), tasks: list[str] = TASKS) 
         tasks=list(tasks),
         learning_rates="paper",
         seeds=[0, 1, 2],
+        seeds_at="all",
         lambdas=list(lambdas),
         batch_size=64,
         max_steps=None,
@@ -78,6 +79,24 @@ def dry_run(config: Path, *extra: str) -> tuple[float, str]:
     return seconds, res.stdout.strip()
 
 
+def search_dry_run(lambdas: list[float], tasks: list[str]) -> None:
+    """The paper-scale study with the search instead of the grid: the dry run states the search's
+    upper bound of jobs against the grid's and plans its first round."""
+    cfg = paper_scale_config(lambdas, tasks)
+    cfg["finetune"].update(learning_rates={"search": {"grid": "paper", "points": 4}}, seeds_at=None)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "all", "--configfile", str(path)]
+        res = subprocess.run([*cmd, "--quiet", "rules"], cwd=ROOT, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit(res.stdout[-2000:] + res.stderr[-3000:])
+    out = res.stdout + res.stderr
+    print("\n".join(line for line in out.splitlines() if line.startswith("finetune.learning_rates.search")))
+    print("first round of the search:")
+    print(res.stdout.strip())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument(
@@ -90,7 +109,14 @@ def main() -> None:
     ap.add_argument(
         "--tasks", nargs="+", default=TASKS, help="fine-tuning tasks (each adds 1,458 jobs per lambda)"
     )
+    ap.add_argument(
+        "--search",
+        action="store_true",
+        help="also the adaptive search over Table 4's grid (4 coarse points): its bound and its first round",
+    )
     args = ap.parse_args()
+    if args.search:
+        search_dry_run(args.lambdas, args.tasks)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "config.yaml"
         path.write_text(yaml.safe_dump(paper_scale_config(args.lambdas, args.tasks)))

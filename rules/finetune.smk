@@ -118,9 +118,16 @@ rule finetune_figures:
         "scripts/finetune_figures.py"
 
 
-# The adaptive learning-rate search (finetune.learning_rates: {search: ...}, docs/lr-search.md): per
-# (checkpoint, task, λ) a chain of rounds; each round is a checkpoint, so the workflow reads the
-# next round's learning rates from its JSON and schedules those fine-tuning runs.
+# The adaptive learning-rate search (finetune.learning_rates: {search: ...}, or a grid with
+# seeds_at: tuned; docs/lr-search.md): per (checkpoint, task, λ) a chain of rounds; each round is a
+# checkpoint, so the workflow reads the next round's learning rates from its JSON and schedules
+# those fine-tuning runs. Rounds and their gathering read a few small tables: on a cluster they run
+# on the submitting node, without a queue wait between rounds.
+localrules:
+    lr_search_round,
+    lr_search_setting,
+
+
 checkpoint lr_search_round:
     input:
         unpack(lr_search_round_inputs),

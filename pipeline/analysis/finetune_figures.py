@@ -140,18 +140,32 @@ def plot_tuned(
                 )
             base = c.drop_duplicates("budget").sort_values("budget")
             ax.plot(base["budget"], base["base"], "k--", marker="s", ms=4, label="base (not fine-tuned)")
+            column = "pretrain_inflection" if eval_data == "pretrain" else "id_inflection"
+            o = optimal[(optimal["model"] == model) & (optimal["task"] == task)]
+            for x in o[column].dropna():
+                ax.axvline(x, color="0.4", ls=":", lw=1.2, label=f"inflection ({x:.3g} tokens)")
             token_axis(ax, ticks=c["budget"])
             ax.set_yscale("log")  # the base model's ID ppl can be orders of magnitude above the tuned
             ax.set_ylabel(f"{label} at the tuned LR")
             ax.legend(fontsize=8)
         o = optimal[(optimal["model"] == model) & (optimal["task"] == task)]
         for _, r in o.iterrows():
-            row[2].plot(
+            (line,) = row[2].plot(
                 r["budgets"],
                 r["optimal_lrs"],
                 "o-",
                 label=f"λ = {r['lambda_reg']:g}: {r['scenario']} (slope {r['lr_slope']:.2f})",
             )
+            edge = np.asarray(r["lr_at_edge"], bool)
+            if edge.any():  # the optimum may lie outside what was run there
+                row[2].plot(
+                    np.asarray(r["budgets"])[edge],
+                    np.asarray(r["optimal_lrs"])[edge],
+                    "x",
+                    ms=11,
+                    color=line.get_color(),
+                    label="at the grid's edge",
+                )
         row[2].set_yscale("log")
         token_axis(row[2], ticks=t["budget"])
         row[2].set_ylabel("optimal learning rate (best ID validation ppl)")

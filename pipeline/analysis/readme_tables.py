@@ -40,6 +40,7 @@ SOURCES = {
     "sensitivity": "analysis/sensitivity.parquet",
     "inflection": "analysis/inflection.parquet",
     "optimal_lr": "analysis/finetune_optimal_lr.parquet",
+    "tuned": "analysis/finetune_tuned.parquet",
     "distances": "metrics.parquet",
 }
 FT_KEYS = ["model", "task", "learning_rate", "lambda_reg"]
@@ -48,11 +49,23 @@ COLUMNS = {
     "sensitivity": [*SETTING_KEYS, "n_seeds", "spearman_rho", "strictly_increasing"]
     + ["delta_log_first", "delta_log_last"],
     "inflection": [*SETTING_KEYS, "n_seeds", "inflection_budget", "ci_low", "ci_high", "max_budget"],
-    "optimal_lr": ["model", "task", "lambda_reg", "budgets", "optimal_lrs", "lr_slope", "lr_trend"]
-    + ["scenario", "matches_figure7"],
+    "optimal_lr": [
+        "model",
+        "task",
+        "lambda_reg",
+        "budgets",
+        "optimal_lrs",
+        "lr_at_edge",
+        "lr_slope",
+        "lr_trend",
+    ]
+    + ["pretrain_inflection", "id_inflection", "scenario", "matches_figure7"],
+    "tuned": ["model", "task", "lambda_reg", "budget", "learning_rate", "eval_data", "split", "mean", "sd"]
+    + ["n_seeds"],
     "distances": [*FT_KEYS, "seed", "budget", "value", "diverged"],
 }
 SORT = {"deltas": [*SETTING_KEYS, "budget", "seed"], "optimal_lr": ["model", "task", "lambda_reg"]}
+SORT |= {"tuned": ["model", "task", "lambda_reg", "eval_data", "split", "budget"]}
 SORT |= {"distances": [*FT_KEYS, "budget", "seed"], "sensitivity": SETTING_KEYS, "inflection": SETTING_KEYS}
 
 Tables = dict[str, pd.DataFrame]
@@ -63,6 +76,10 @@ def _documented(name: str, df: pd.DataFrame) -> pd.Series:
     fine-tuning task's test split (in-domain); ‖θ_ft − θ_pre‖₂; every optimal-LR row."""
     if name == "optimal_lr":
         return pd.Series(True, index=df.index)
+    if name == "tuned":  # perplexity at the tuned rate: pre-training, and in-domain test
+        return (df["metric"] == "ppl") & (
+            (df["eval_data"] == "pretrain") | (df["eval_data"] == df["task"]) & (df["split"] == "test")
+        )
     if name == "distances":
         return (
             (df["modification"] == "sft") & (df["eval_data"] == "weights") & (df["metric"] == "distance_l2")
@@ -115,6 +132,14 @@ def lr(x: float) -> str:
 
 def _num(x: float, digits: int) -> str:
     return f"{x:.{digits}f}" if math.isfinite(x) else "n/a"
+
+
+def _mean_sd(mean: float, sd: float) -> str:
+    return ppl(mean) + (f" ± {sd:.2g}" if math.isfinite(sd) else "")
+
+
+def _budget_or_none(b: float) -> str:
+    return tokens(b) if math.isfinite(b) else "none"
 
 
 def _inflection(row: pd.Series) -> str:
@@ -245,19 +270,43 @@ def finetune_table(t: Tables) -> str:
 
 
 def finetune_lr_tables(t: Tables) -> str:
-    """The tuned-LR view (Figure 7) per task, and ‖θ_ft − θ_pre‖₂ per learning rate (Figure 8)."""
-    opt = t["optimal_lr"]
+    """The tuned-LR view (Figures 6, 7) per task, and ‖θ_ft − θ_pre‖₂ per learning rate (Figure 8)."""
+    opt, tuned = t["optimal_lr"], t["tuned"]
     several = opt["model"].nunique() > 1 or opt["lambda_reg"].nunique() > 1
     rows = []
     for _, o in opt.iterrows():
-        lrs = [lr(x) if math.isfinite(x) else "none" for x in o["optimal_lrs"]]
+        edge = list(o["lr_at_edge"])
+        lrs = [
+            (lr(x) if math.isfinite(x) else "none") + (" (edge)" if e else "")
+            for x, e in zip(o["optimal_lrs"], edge)
+        ]
         shown = f"{lrs[0]} at every budget" if len(set(lrs)) == 1 else " / ".join(lrs)
         label = f"{o['model']}, {o['task']}, λ {o['lambda_reg']:g}" if several else o["task"]
+        at = tuned[
+            (tuned["model"] == o["model"])
+            & (tuned["task"] == o["task"])
+            & (tuned["lambda_reg"] == o["lambda_reg"])
+        ]
+        pre = at[at["eval_data"] == "pretrain"].sort_values("budget")
+        ident = at[at["eval_data"] == o["task"]].sort_values("budget")
         trend = f"{o['lr_trend']} ({round(o['lr_slope'], 2) + 0.0:+.2f})"  # + 0.0: no "-0.00"
-        rows.append([label, shown, trend, o["scenario"], "yes" if o["matches_figure7"] else "no"])
+        rows.append(
+            [
+                label,
+                shown,
+                " / ".join(_mean_sd(m, sd) for m, sd in zip(pre["mean"], pre["sd"])),
+                _budget_or_none(o["pretrain_inflection"]),
+                f"{ppl(ident['mean'].iloc[0])} → {ppl(ident['mean'].iloc[-1])}" if len(ident) else "n/a",
+                trend,
+                o["scenario"],
+                "yes" if o["matches_figure7"] else "no",
+            ]
+        )
     budgets = " / ".join(tokens(b) for b in opt["budgets"].iloc[0]) if len(opt) else ""
+    seeds = int(tuned["n_seeds"].max()) if len(tuned) else 0
     tuned = _table(
-        ["task", f"optimal LR at {budgets}", "trend (decades of LR per decade of tokens)"]
+        ["task", f"optimal LR at {budgets}", f"pre-training ppl at the optimal LR (mean ± sd, {seeds} seeds)"]
+        + ["its inflection", "in-domain test ppl", "optimal-LR trend (decades per decade of tokens)"]
         + ["Figure 7 scenario", "matches Figure 7"],
         rows,
     )

@@ -34,6 +34,18 @@ def deltas(metrics: pd.DataFrame, metric: str = "ppl") -> pd.DataFrame:
     return mod
 
 
+def fixed_rate_runs(metrics: pd.DataFrame) -> pd.DataFrame:
+    """The rows fixed-learning-rate curves over tokens are drawn from: every row except a
+    fine-tuning seed that did not run at every budget of its (model, task, rate, λ). With
+    `seeds_at: tuned` or a search the other seeds ran only where their rate was the tuned one;
+    mixing them in would change the seed count along a curve."""
+    sft = metrics[metrics["modification"] == "sft"]
+    keys = ["model", "task", "learning_rate", "lambda_reg"]
+    budgets = sft.groupby(keys, dropna=False)["budget"].transform("nunique")
+    seed_budgets = sft.groupby(keys + ["seed"], dropna=False)["budget"].transform("nunique")
+    return metrics.drop(sft.index[seed_budgets < budgets])
+
+
 def inflection_point(budgets: np.ndarray, values: np.ndarray) -> float:
     """Definition 4.2: the smallest budget r with L(r) < L(next budget); NaN if none.
 

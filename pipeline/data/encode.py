@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 
 from pipeline.data.tasks import ChatItem, ClassificationItem, Message, Task, TaskError
-from pipeline.data.tokenizer import encode_documents, token_stream
+from pipeline.data.tokenizer import cached_token_stream, encode_documents
 from pipeline.evaluate.perplexity import EvalSet, build_eval_set, select_documents
 from pipeline.train.loop import IGNORE_INDEX, ChunkSampler, EpochOrder
 
@@ -170,10 +170,11 @@ class ExampleSampler:
 
 
 def lm_sampler(
-    tokenizer, documents: list[str], seq_len: int, batch_size: int, seed: int
+    tokenizer, documents: list[str], seq_len: int, batch_size: int, seed: int, cache_dir: str | None = None
 ) -> tuple[ChunkSampler, int]:
-    """Packed chunks of the task's training documents, and the number of steps per epoch."""
-    tokens = token_stream(tokenizer, documents)
+    """Packed chunks of the task's training documents, and the number of steps per epoch
+    (cache_dir: where the tokenized documents are kept for the study's other jobs)."""
+    tokens = cached_token_stream(tokenizer, documents, cache_dir)
     sampler = ChunkSampler(tokens, seq_len, batch_size, seed=seed)
     return sampler, max(1, sampler.n_chunks // batch_size)
 

@@ -71,6 +71,32 @@ def token_stream(tokenizer: PreTrainedTokenizerFast, texts: list[str]) -> np.nda
     return out
 
 
+def cached_token_stream(
+    tokenizer: PreTrainedTokenizerFast, texts: list[str], cache_dir: str | Path | None
+) -> np.ndarray:
+    """token_stream, kept in `cache_dir` under a hash of the tokenizer and the texts: every
+    fine-tuning job of a study reads the same task (the Python standard library: ~9 s to tokenize
+    on one core), so the first one writes it and the others load it (None: no cache)."""
+    import hashlib
+
+    import numpy as np
+
+    from pipeline.io import atomic_path
+
+    if cache_dir is None:
+        return token_stream(tokenizer, texts)
+    digest = hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode())
+    for text in texts:
+        digest.update(hashlib.sha256(text.encode()).digest())
+    path = Path(cache_dir) / f"{digest.hexdigest()[:20]}.npy"
+    if path.is_file():
+        return np.load(path)
+    tokens = token_stream(tokenizer, texts)
+    with atomic_path(path) as tmp:
+        np.save(tmp, tokens)
+    return tokens
+
+
 def study_tokenizer(train_texts: list[str], cfg: dict, task_texts: list[str] = ()) -> Tokenizer:
     """The `tokenizer:` config section: train a BPE (on `train_texts` plus extra texts) or load a file.
 

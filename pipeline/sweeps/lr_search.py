@@ -106,6 +106,12 @@ def from_config(value: dict) -> LRSearch:
     return _lattice_search(s["bracket"], points, s.get("resolution"), widenings)
 
 
+def exhaustive(grid: tuple[float, ...]) -> LRSearch:
+    """A grid run whole in one round (`seeds_at: tuned`: the other seeds then run at its argmin)."""
+    values = tuple(sorted(grid))
+    return LRSearch(values, tuple(range(len(values))), stride=1, max_widenings=0)
+
+
 def _grid_search(grid: str | list[float], points: int) -> LRSearch:
     try:
         values = tuple(sorted(finetune_lr_grid(grid)))

@@ -57,8 +57,8 @@ def play_round(
     else:
         edge = "lowest" if best == min(state.scores) else "highest"
         log.warning(
-            "the optimum is not bracketed: the best learning rate %g (%s %.4g) is the %s the search may reach; "
-            "move %s.bracket or raise %s.max_widenings",
+            "the optimum is not bracketed: the best learning rate %g (%s %.4g) is the %s the search "
+            "may reach; move %s.bracket or raise %s.max_widenings",
             search.lattice[best],
             metric,
             state.scores[best],

@@ -139,6 +139,7 @@ class FinetuneConfig:
         "learning_rates": "wildcard {lr}",
         "lambdas": "wildcard {lam}",
         "seeds": "wildcard {seed}",
+        "seeds_at": "which runs exist: every rate, or the tuned rate only (the targets)",
         "threads": "job threads (cannot change a number)",
         "ranks": "processes per job, resources.ranks (FSDP2; changes no number beyond float rounding)",
     }

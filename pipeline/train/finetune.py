@@ -114,11 +114,13 @@ def _eval_data(task, tokenizer, max_len: int, cfg: FinetuneConfig) -> dict:
     }
 
 
-def _train_data(task, tokenizer, max_len: int, cfg: FinetuneConfig, seed: int):
-    """(batch_fn, steps per epoch) of a task's training split."""
+def _train_data(
+    task, tokenizer, max_len: int, cfg: FinetuneConfig, seed: int, token_cache: str | None = None
+):
+    """(batch_fn, steps per epoch) of a task's training split (token_cache: lm_sampler's cache_dir)."""
     if task.kind == "lm":
         sampler, per_epoch = lm_sampler(
-            tokenizer, split_of_task(task, "train"), max_len, cfg.batch_size, seed
+            tokenizer, split_of_task(task, "train"), max_len, cfg.batch_size, seed, token_cache
         )
         return sampler.batch, per_epoch
     if task.kind == "chat":
@@ -212,6 +214,7 @@ def finetune_run(
     after: Callable[[torch.nn.Module, object, dict[str, torch.Tensor]], None] | None = None,
     ranks: Ranks = SINGLE,
     gpu: dict | None = None,
+    token_cache: str | None = None,
 ) -> list[dict]:
     """Fine-tune, pick the best epoch on ID validation, evaluate; tidy metric rows.
 
@@ -226,6 +229,8 @@ def finetune_run(
     the model is sharded with FSDP2 after loading; every rank returns the same rows.
     gpu: the config's `gpu:` section; on CUDA with micro_batch_size null, the memory planner picks
     the micro-batch for this model and rank count (pipeline/train/memory.py).
+    token_cache: a directory the tokenized training split of an LM task is kept in for the
+    study's other jobs (the same tokens; None: tokenize here).
     """
     if learning_rate <= 0:
         raise ValueError(f"finetune.learning_rates: a learning rate must be > 0, got {learning_rate}")
@@ -247,7 +252,7 @@ def finetune_run(
     max_len = _context(model, cfg)
     if torch.device(device).type == "cuda" and gpu is not None and cfg.micro_batch_size is None:
         cfg = dataclasses.replace(cfg, micro_batch_size=_planned_micro_batch(model, cfg, max_len, ranks, gpu))
-    batch_fn, per_epoch = _train_data(task, tokenizer, max_len, cfg, seed)
+    batch_fn, per_epoch = _train_data(task, tokenizer, max_len, cfg, seed, token_cache)
     evals = _eval_data(task, tokenizer, max_len, cfg)
     total = per_epoch * cfg.epochs if cfg.max_steps is None else min(per_epoch * cfg.epochs, cfg.max_steps)
     boundaries = sorted({s for s in range(per_epoch, total + 1, per_epoch)} | {total})

@@ -22,6 +22,7 @@ from pipeline.evaluate.benchmarks import SUITE, BenchmarkError, benchmark_config
 from pipeline.models.checkpoints import CheckpointSpec, study_checkpoints
 from pipeline.models.presets import finetune_lr_grid, format_hparam, steps_for_budget
 from pipeline.sweeps.lr_search import LRSearch, SearchError
+from pipeline.sweeps.lr_search import exhaustive as search_exhaustive
 from pipeline.sweeps.lr_search import from_config as search_from_config
 from pipeline.train.config import FinetuneConfig, PretrainConfig, hyperparameters
 
@@ -344,15 +345,23 @@ def finetune_enabled(config: dict) -> bool:
 def finetune_lrs(config: dict) -> tuple[float, ...]:
     """The learning-rate grid: a list, or a named grid ("paper": Table 4, "instruct": Table 2);
     with a search, its lattice (every learning rate it may run)."""
-    search = finetune_search(config)
-    return search.lattice if search else finetune_lr_grid(finetune_section(config).get("learning_rates", []))
+    value = finetune_section(config).get("learning_rates", [])
+    return finetune_search(config).lattice if isinstance(value, dict) else finetune_lr_grid(value)
 
 
 def finetune_search(config: dict) -> LRSearch | None:
-    """The adaptive learning-rate search (`learning_rates: {search: ...}`), or None for a grid."""
-    value = finetune_section(config).get("learning_rates")
+    """The adaptive learning-rate search (`learning_rates: {search: ...}`), a grid whose other seeds
+    run at its argmin only (`seeds_at: tuned`: a one-round search), or None (every seed at every rate)."""
+    ft = finetune_section(config)
+    value, seeds_at = ft.get("learning_rates"), ft.get("seeds_at")
     if not isinstance(value, dict):
-        return None
+        tuned = seeds_at == "tuned" and len(ft.get("seeds") or []) > 1
+        return search_exhaustive(finetune_lr_grid(value or [])) if tuned else None
+    if seeds_at == "all":
+        raise ConfigError(
+            "invalid config: finetune.seeds_at: all cannot go with finetune.learning_rates.search (the other "
+            "seeds run at the rate it chooses); drop seeds_at or give a grid"
+        )
     try:
         return search_from_config(value["search"])
     except SearchError as err:

@@ -17,6 +17,7 @@ TASK_BASE_PART = "finetune/{checkpoint}/{task}/base.parquet"
 FINETUNE_PART = "finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.parquet"
 # the fine-tuning job's loss along θ_ft − θ_pre (curvature stage; empty when it is off)
 FINETUNE_LINE_PART = "finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.line.parquet"
+TOKEN_CACHE = "finetune/.tokens"  # LM tasks' tokenized training splits, shared by the study's jobs
 FINETUNE_BENCHMARK = "benchmarks/finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.tsv"  # its run time
 # the adaptive learning-rate search: its state after each round (the next round reads its learning rates)
 LR_SEARCH_ROUND = "finetune/{checkpoint}/{task}/lr_search/lam{lam}_round{round}.json"

@@ -60,12 +60,6 @@ def lm_eval_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
     return [path(config, layout.LM_EVAL_PART, checkpoint=name) for name in checkpoints]
 
 
-def grid_runs(config: dict) -> RunsOf:
-    """Every (learning rate, seed) of the grid, for any (checkpoint, task, λ)."""
-    seeds = finetune_section(config)["seeds"]
-    return lambda checkpoint, task, lam: [(lr, seed) for lr in finetune_lrs(config) for seed in seeds]
-
-
 def finetune_parts(config: dict, checkpoints: Checkpoints, pattern: str = layout.FINETUNE_PART) -> list[str]:
     """One metrics file per (checkpoint, task, lr, λ, seed), plus each (checkpoint, task)'s base
     evaluation (`pattern`: another per-run output, e.g. its line table, without the base). With a
@@ -175,9 +169,11 @@ def search_bound(config: dict, checkpoints: Checkpoints) -> str:
     seeds = len(ft["seeds"])
     per_search, rounds = search.runs_bound + seeds - 1, search.rounds_bound + (seeds > 1)
     grid = search.grid_size * seeds
+    searching = isinstance(ft.get("learning_rates"), dict)
+    label = "finetune.learning_rates.search" if searching else "finetune.seeds_at: tuned"
     return (
-        f"finetune.learning_rates.search: at most {per_search} fine-tuning runs in {rounds} "
-        f"rounds per (checkpoint, task, λ) ({search.runs_bound} searching with seed {ft['seeds'][0]}, "
+        f"{label}: at most {per_search} fine-tuning runs in {rounds} "
+        f"rounds per (checkpoint, task, λ) ({search.runs_bound} with seed {ft['seeds'][0]}, "
         f"then {seeds - 1} other seed(s) at the chosen rate); at most {per_search * settings} runs in all vs "
         f"{grid * settings} for the full grid at the same resolution ({per_search / grid:.0%})"
     )

@@ -9,6 +9,7 @@ from pipeline.runtime import pick_device, set_threads, setup_logging
 from pipeline.train import finetune_job
 from pipeline.train.config import FinetuneConfig, execution
 from pipeline.train.launch import run_on_ranks
+from pipeline.workflow.layout import TOKEN_CACHE, study_path
 
 setup_logging(snakemake.log[0])
 wc = snakemake.wildcards
@@ -33,6 +34,7 @@ job = finetune_job.describe(
     state_dir=snakemake.params.state,
     bench_cfg=snakemake.params.bench,
     gpu=snakemake.config.get("gpu"),  # the planner's micro-batch on CUDA (changes no number)
+    token_cache=study_path(snakemake.config["study"], TOKEN_CACHE),  # the task's tokens, shared by jobs
 )
 ranks = int(snakemake.resources.get("ranks", 1))
 if ranks > 1:

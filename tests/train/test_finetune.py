@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.analysis.stats import optimal_lr_table, tuned_table
+from pipeline.analysis.stats import fixed_rate_runs, optimal_lr_table, tuned_table
 from pipeline.data.encode import ExampleSampler, encode_classification, read_task, task_frame
 from pipeline.data.tasks import ClassificationItem
 from pipeline.evaluate.tasks import choice_logprobs, eval_classification
@@ -308,6 +308,32 @@ def test_tuned_learning_rate_and_figure7_scenarios():
         diverged_lr=1e-2,
     )
     assert set(tuned_table(m)["learning_rate"]) == {1e-3}
+
+
+def test_tuned_rate_is_selected_on_the_seeds_every_rate_has():
+    """seeds_at tuned / a search: seed 1 ran at the chosen rate only. The choice is seed 0's (a worse
+    seed 1 cannot move it), the row carries both seeds, and an edge choice is flagged."""
+    budgets = [1e6, 2e6]
+    m = _sft_rows(
+        {1e6: 1e-3, 2e6: 1e-2},
+        {lr: [3, 2] for lr in (1e-4, 1e-3, 1e-2)},
+        {lr: [3, 2] for lr in (1e-4, 1e-3, 1e-2)},
+    )
+    chosen = {f"c{b}": lr for b, lr in zip(budgets, (1e-3, 1e-2))}
+    keep = (m["seed"] == 0) | (m["learning_rate"] == m["checkpoint"].map(chosen))
+    m = m[keep].copy()
+    m.loc[(m["seed"] == 1) & (m["split"] == "validation") & (m["eval_data"] == "mr"), "value"] += 5.0
+    t = tuned_table(m)
+    picked = t.drop_duplicates("checkpoint").set_index("checkpoint")
+    assert picked["learning_rate"].to_dict() == chosen
+    assert t["n_seeds"].eq(2).all()
+    assert picked["at_edge"].to_dict() == {"c1000000.0": False, "c2000000.0": True}
+    o = optimal_lr_table(t).iloc[0]
+    assert o["lr_at_edge"] == [False, True]
+    # fixed-rate curves over tokens keep the seed that ran at every budget of the rate
+    fixed = fixed_rate_runs(m)
+    assert set(fixed.loc[fixed["modification"] == "sft", "seed"]) == {0}
+    assert len(fixed[fixed["modification"] == "none"]) == len(m[m["modification"] == "none"])
 
 
 def test_gradient_accumulation_gives_the_whole_batch_gradient(tiny_model, tokenizer, mr_task):

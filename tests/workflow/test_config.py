@@ -31,6 +31,18 @@ CASES = [
     ({"finetune.learning_rates": "all"}, "learning_rates"),
     ({"finetune.learning_rates": [1.0e-3, 1.0000001e-3]}, "differ only beyond 6 significant digits"),
     ({"finetune.schedule": "linear"}, "linear"),
+    (
+        {"finetune.learning_rates": {"search": {"bracket": [1e-3, 1e-1], "resolution": 0.3}}},
+        "finetune.learning_rates.search.resolution: got 0.3 decades",
+    ),
+    (
+        {"finetune.learning_rates": {"search": {"grid": "paper"}, "values": [1e-3]}},
+        "finetune.learning_rates: unknown key 'values'",
+    ),
+    (
+        {"finetune.learning_rates": {"search": {"grid": "paper"}}, "finetune.seeds_at": "all"},
+        "finetune.seeds_at: all cannot go with finetune.learning_rates.search",
+    ),
     ({"curvature.lambdas_wide": [1.0, 2.0]}, "curvature.lambdas_wide: a λ grid must contain 0"),
     ({"finetune.ranks": 3}, "finetune.batch_size 8 cannot be split evenly over finetune.ranks 3"),
     (
