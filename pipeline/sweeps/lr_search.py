@@ -41,6 +41,10 @@ class LRSearch:
     stride: int
     max_widenings: int
 
+    def __post_init__(self) -> None:  # from JSON (rule params) the sequences come as lists
+        object.__setattr__(self, "lattice", tuple(float(x) for x in self.lattice))
+        object.__setattr__(self, "start", tuple(int(i) for i in self.start))
+
     @property
     def rounds_bound(self) -> int:
         """The most rounds: the coarse one, every widening and a refinement per halving."""

@@ -8,7 +8,7 @@ not a hand-kept key list, so a new field reaches the job without an edit here.
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import asdict, fields
 
 from pipeline.curvature.config import CurvatureConfig
 from pipeline.models.checkpoints import CheckpointSpec
@@ -20,6 +20,8 @@ from pipeline.workflow.config import (
     curvature_enabled,
     curvature_section,
     eval_config,
+    finetune_enabled,
+    finetune_search,
     finetune_section,
 )
 
@@ -76,13 +78,13 @@ def curvature_finetune_params(config: dict) -> dict | None:
 
 
 def lr_search_params(config: dict) -> dict | None:
-    """What a search round decides with: the search settings, the seed that searches and the
-    in-domain score it minimises (None without a search)."""
-    value = finetune_section(config).get("learning_rates")
-    if not isinstance(value, dict):
+    """What a search round decides with: the search (its lattice, coarse points, stride and
+    widenings), the seed that searches and the in-domain score it minimises (None: no search)."""
+    search = finetune_search(config) if finetune_enabled(config) else None
+    if search is None:
         return None
     seed = finetune_section(config)["seeds"][0]
-    return {"search": value["search"], "seed": seed, "split": SELECT_SPLIT, "metric": SELECT_METRIC}
+    return {"search": asdict(search), "seed": seed, "split": SELECT_SPLIT, "metric": SELECT_METRIC}
 
 
 def checkpoint_params(spec: CheckpointSpec) -> dict:

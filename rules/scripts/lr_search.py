@@ -15,7 +15,7 @@ from pipeline.workflow.layout import FINETUNE_BENCHMARK, study_path
 setup_logging(snakemake.log[0])
 p = snakemake.params
 records = [json.loads(Path(f).read_text()) for f in snakemake.input]
-search = lr_search.from_config(p.search["search"])
+search = lr_search.LRSearch(**p.search["search"])
 
 
 def runtime_of(setting: dict, lr: float, seed: int) -> float:

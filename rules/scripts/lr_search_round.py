@@ -13,7 +13,7 @@ from pipeline.sweeps.search_rounds import play_round
 
 setup_logging(snakemake.log[0])
 p, wc = snakemake.params.search, snakemake.wildcards
-search = lr_search.from_config(p["search"])
+search = lr_search.LRSearch(**p["search"])
 previous = json.loads(Path(snakemake.input.previous[0]).read_text()) if snakemake.input.previous else None
 runs = pd.concat([pd.read_parquet(f) for f in snakemake.input.runs], ignore_index=True)
 state = play_round(search, previous, runs, p["split"], p["metric"])

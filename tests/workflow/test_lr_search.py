@@ -10,6 +10,7 @@ import pytest
 from workflow_utils import ROOT, planned_jobs, smoke_config, snakemake, write_config
 
 from pipeline.analysis.stats import selection_scores
+from pipeline.models.presets import format_hparam
 from pipeline.sweeps import lr_search
 
 STUDY = "ci-search"
@@ -77,20 +78,30 @@ def test_dry_run_states_the_upper_bound_and_the_run_stays_within_it(search_run):
     bound = search.runs_bound + 1
     assert f"at most {bound} fine-tuning runs in {search.rounds_bound + 1} rounds" in dry
     assert re.search(rf"at most {2 * bound} runs in all vs {2 * search.grid_size * 2} for the full grid", dry)
-    runs = list((out / "finetune").glob("*/code/lr*_seed*.parquet"))
+    runs = [p for p in (out / "finetune").glob("*/code/lr*_seed*.parquet") if ".line" not in p.name]
     assert 2 * (len(search.start) + 1) <= len(runs) <= 2 * bound
 
 
 def test_reruns_touch_only_the_rounds(search_run, tmp_path):
     out, cfg, _ = search_run
     assert planned_jobs(cfg) == {}
-    # a killed search resumes: its last round and what reads it rerun, no fine-tuning run
-    final = json.loads((out / "finetune/tiny-16384/code/lr_search/lam0.json").read_text())
-    (out / f"finetune/tiny-16384/code/lr_search/lam0_round{final['round']}.json").unlink()
+    # killed in its last round: one run and the round's record missing, nothing after them written;
+    # the rerun runs just that run and that round, and the search ends where it did
+    search_dir = out / "finetune/tiny-16384/code/lr_search"
+    final = json.loads((search_dir / "lam0.json").read_text())
+    last = [row for row in final["evaluated"] if row["round"] == final["round"]][0]
+    (out / f"finetune/tiny-16384/code/lr{format_hparam(last['learning_rate'])}_lam0_seed0.parquet").unlink()
+    (search_dir / f"lam0_round{final['round']}.json").unlink()
+    for name in ("lam0.json", "lam0.parquet", "lam0.line.parquet"):
+        (search_dir / name).unlink()
+    (
+        out / "metrics.parquet"
+    ).unlink()  # (Snakemake leaves intermediate files missing under a finished output)
     jobs = planned_jobs(cfg)
-    assert jobs.get("lr_search_round") == 1 and "finetune" not in jobs
+    assert jobs.get("finetune") == 1 and jobs.get("lr_search_round") == 1, jobs
     res = snakemake(cfg, "--cores", "2")
     assert res.returncode == 0, res.stderr[-3000:]
+    assert json.loads((search_dir / "lam0.json").read_text()) == final
     # a changed search setting reruns the rounds (from round 0), never a run it already has
     jobs = planned_jobs(write_config(tmp_path, search_config(max_widenings=0)))
     assert jobs.get("lr_search_round") == 2 and "finetune" not in jobs
