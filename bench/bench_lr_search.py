@@ -1,9 +1,9 @@
 """The adaptive learning-rate search against the full grid, on the default study's checkpoints and tasks.
 
-The full grid: the default grid (3e-3 ... 1, half a decade apart) with the geometric midpoints
-added (11 rates, ~a quarter decade apart) x the default seeds (0, 1), every run through the
+The full grid: the default grid (3e-3 ... 0.3, half a decade apart) with two log-spaced rates
+added between neighbours (13 rates, ~1/6 decade apart) x the default seeds (0, 1), every run through the
 workflow's own fine-tuning rule (runs the default study already has are reused). The search:
-`{grid: <those 11>, points: 3}`, the same `advance` the workflow's rounds call, replayed on seed 0's
+`{grid: <those 13>, points: 3}`, the same `advance` the workflow's rounds call, replayed on seed 0's
 scores; seed 1 then runs at its choice. Printed per (checkpoint, task): the grid's argmax (2-seed
 mean), the search's choice, whether they agree, and the runs each needs.
 
@@ -16,7 +16,6 @@ and their 2-seed means differ by less than the larger seed sd of the two.
 from __future__ import annotations
 
 import argparse
-import math
 import subprocess
 import sys
 import time
@@ -34,10 +33,14 @@ from pipeline.workflow import layout
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def full_grid(default: list[float]) -> list[float]:
-    """The default grid with each neighbouring pair's geometric mean added."""
-    mids = [math.sqrt(a * b) for a, b in zip(default, default[1:])]
-    return sorted(float(format_hparam(x)) for x in default + mids)
+def full_grid(default: list[float], between: int = 2) -> list[float]:
+    """The default grid with `between` log-spaced rates added between each neighbouring pair."""
+    added = [
+        a * (b / a) ** (k / (between + 1))
+        for a, b in zip(default, default[1:])
+        for k in range(1, between + 1)
+    ]
+    return sorted(float(format_hparam(x)) for x in list(default) + added)
 
 
 def main() -> None:
