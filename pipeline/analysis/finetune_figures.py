@@ -143,7 +143,7 @@ def plot_tuned(
             column = "pretrain_inflection" if eval_data == "pretrain" else "id_inflection"
             o = optimal[(optimal["model"] == model) & (optimal["task"] == task)]
             for x in o[column].dropna():
-                ax.axvline(x, color="0.4", ls=":", lw=1.2, label=f"inflection ({x:.3g} tokens)")
+                ax.axvline(x, color="0.4", ls=":", lw=1.2, label=f"inflection ({format_tokens(x)} tokens)")
             token_axis(ax, ticks=c["budget"])
             ax.set_yscale("log")  # the base model's ID ppl can be orders of magnitude above the tuned
             ax.set_ylabel(f"{label} at the tuned LR")

@@ -39,3 +39,12 @@ logging.info(
     cost["rounds"].max(),
     cost["added_latency_s"].max(),
 )
+for _, row in cost[~cost["bracketed"]].iterrows():
+    logging.warning(
+        "%s %s λ %g: the optimum is not bracketed; the best rate %g is the edge the search could reach "
+        "(finetune.learning_rates: move the bracket, raise max_widenings, or widen the grid)",
+        row["checkpoint"],
+        row["task"],
+        row["lambda_reg"],
+        row["chosen"],
+    )

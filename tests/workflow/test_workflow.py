@@ -287,10 +287,11 @@ def test_retries_ask_for_more_memory_and_time(tmp_path):
 
 
 def test_paper_scale_dry_run_and_its_time():
-    """bench/bench_dryrun.py: the paper-scale DAG (plain, and through profiles/slurm with device cuda)."""
+    """bench/bench_dryrun.py: the paper-scale DAG (plain, through profiles/slurm with device cuda, and
+    with the adaptive learning-rate search instead of the grid)."""
     # one fine-tuning task keeps CI short: 3 sizes x 6 budgets x 27 LRs x 3 seeds = 1,458 jobs
     res = subprocess.run(
-        [sys.executable, "bench/bench_dryrun.py", "--tasks", "code"],
+        [sys.executable, "bench/bench_dryrun.py", "--tasks", "code", "--search"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -301,3 +302,6 @@ def test_paper_scale_dry_run_and_its_time():
     assert re.search(r"finetune\s+1458\n", res.stdout) and re.search(r"task_base\s+18\n", res.stdout)
     assert re.search(r"dry run of the paper-scale grid: [\d.]+ s", res.stdout)
     assert re.search(r"through profiles/slurm \(device cuda\): [\d.]+ s", res.stdout)
+    # the search instead of the grid: its bound, before anything runs, within 40% of the grid's jobs
+    bound = re.search(r"at most (\d+) runs in all vs (\d+) for the full grid", res.stdout)
+    assert bound and int(bound.group(1)) <= 0.4 * int(bound.group(2)), res.stdout[-3000:]
