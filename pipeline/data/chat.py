@@ -61,7 +61,7 @@ def has_chat_template(tokenizer) -> bool:
     return bool(getattr(tokenizer, "chat_template", None))
 
 
-def _prefix_token(tokenizer) -> int:
+def prefix_token(tokenizer) -> int:
     return tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
 
 
@@ -212,7 +212,7 @@ def encode_chats(
     if max_len < 2:
         raise TaskError(f"task {name}: a context of {max_len} tokens cannot hold a conversation")
     own = has_chat_template(tokenizer)
-    prefix = [] if own else [_prefix_token(tokenizer)]
+    prefix = [] if own else [prefix_token(tokenizer)]
     ids_out, scored_out, dropped, reseg, total, full = [], [], 0, 0, 0, False
     for start in range(0, len(items), _TOKENIZE_CHUNK):
         chunk = items[start : start + _TOKENIZE_CHUNK]
