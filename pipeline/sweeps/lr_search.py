@@ -112,13 +112,19 @@ def from_config(value: dict) -> LRSearch:
 
 def exhaustive(grid: tuple[float, ...]) -> LRSearch:
     """A grid run whole in one round (`seeds_at: tuned`: the other seeds then run at its argmin)."""
-    values = tuple(sorted(grid))
+    values = _as_named(grid)
     return LRSearch(values, tuple(range(len(values))), stride=1, max_widenings=0)
+
+
+def _as_named(grid) -> tuple[float, ...]:
+    """Ascending learning rates as their runs know them: the value their file name writes (a run
+    parses its rate from it, and the search looks runs up by it)."""
+    return tuple(sorted(float(format_hparam(v)) for v in grid))
 
 
 def _grid_search(grid: str | list[float], points: int) -> LRSearch:
     try:
-        values = tuple(sorted(finetune_lr_grid(grid)))
+        values = _as_named(finetune_lr_grid(grid))
     except ValueError as err:
         raise SearchError(f"{KEY}.grid: {err}") from None
     n = len(values)

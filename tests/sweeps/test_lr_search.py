@@ -134,3 +134,10 @@ def test_schema_defaults_are_the_search_defaults():
     branch = schema["properties"]["finetune"]["properties"]["learning_rates"]["oneOf"][2]
     props = branch["properties"]["search"]["properties"]
     assert {k: props[k]["default"] for k in lr_search.DEFAULTS} == lr_search.DEFAULTS
+
+
+def test_grid_rates_are_the_values_their_runs_parse():
+    """A rate beyond 6 significant digits is searched as its file name writes it (the run's rate)."""
+    search = from_config({"grid": [1.23456789e-3, 1e-2, 1e-1], "points": 2})
+    assert search.lattice[0] == 1.23457e-3
+    assert lr_search.exhaustive((1e-1, 1.23456789e-3)).lattice == (1.23457e-3, 1e-1)
