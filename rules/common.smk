@@ -41,9 +41,8 @@ wildcard_constraints:
 
 
 CHECKPOINTS = check_config(config, check_benchmark_tasks=workflow.is_main_process)
-SEARCH = finetune_search(config) if finetune_enabled(config) else None
-if SEARCH is not None and workflow.is_main_process:
-    logger.info(targets.search_bound(config, CHECKPOINTS))
+if workflow.is_main_process and finetune_enabled(config) and finetune_search(config):
+    logger.info(targets.search_bound(config, CHECKPOINTS))  # a dry run shows the search's cost
 DEVICE = config.get("device", "auto")
 FORMATS = config["analysis"]["figure_formats"]
 

@@ -120,6 +120,7 @@ def plot_tuned(
     fig, axes = plt.subplots(len(keys), 3, figsize=(16, 4.6 * len(keys)), squeeze=False, layout="constrained")
     for row, (model, task) in zip(axes, keys):
         t = tuned[(tuned["model"] == model) & (tuned["task"] == task)]
+        o = optimal[(optimal["model"] == model) & (optimal["task"] == task)]
         for ax, (eval_data, split, label) in zip(
             row[:2], (("pretrain", None, "pre-training ppl"), (task, "test", f"{task} test ppl"))
         ):
@@ -141,14 +142,12 @@ def plot_tuned(
             base = c.drop_duplicates("budget").sort_values("budget")
             ax.plot(base["budget"], base["base"], "k--", marker="s", ms=4, label="base (not fine-tuned)")
             column = "pretrain_inflection" if eval_data == "pretrain" else "id_inflection"
-            o = optimal[(optimal["model"] == model) & (optimal["task"] == task)]
             for x in o[column].dropna():
                 ax.axvline(x, color="0.4", ls=":", lw=1.2, label=f"inflection ({format_tokens(x)} tokens)")
             token_axis(ax, ticks=c["budget"])
             ax.set_yscale("log")  # the base model's ID ppl can be orders of magnitude above the tuned
             ax.set_ylabel(f"{label} at the tuned LR")
             ax.legend(fontsize=8)
-        o = optimal[(optimal["model"] == model) & (optimal["task"] == task)]
         for _, r in o.iterrows():
             (line,) = row[2].plot(
                 r["budgets"],

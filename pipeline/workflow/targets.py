@@ -130,9 +130,10 @@ def search_round_inputs(config: dict, checkpoint: str, task: str, lam: float, pr
 def search_final(config: dict, round_file: RoundFile) -> str:
     """The JSON of a search's last round, walking its rounds from 0."""
     for r in range(finetune_search(config).rounds_bound):
-        if json.loads(Path(round_file(r)).read_text())["done"]:
-            return round_file(r)
-    raise ValueError(f"{round_file(r)}: the search has not ended after its most rounds ({r + 1})")
+        record_file = round_file(r)
+        if json.loads(Path(record_file).read_text())["done"]:
+            return record_file
+    raise ValueError(f"{record_file}: the search has not ended after its most rounds ({r + 1})")
 
 
 def search_setting_inputs(config: dict, checkpoint: str, task: str, lam: str, final: str) -> dict:
