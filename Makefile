@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 STAMP   := .venv/.installed
 CORES   ?= all
 
-.PHONY: setup apt-packages study test smoke demo lint bench clean docs gpu-check
+.PHONY: setup apt-packages study test smoke demo alpaca-eval-demo lint bench clean docs gpu-check
 
 setup: $(STAMP) data/packages/.fetched
 
@@ -51,6 +51,11 @@ $(STANDIN): | setup
 
 demo: setup $(STANDIN)
 	.venv/bin/snakemake --cores $(CORES) --configfile config/demo-smollm2.yaml
+
+# The judged instruction-following metric offline (issue 13, docs/alpaca-eval.md): the stand-in
+# instruction-tuned at two learning rates, judged by itself against the reference run.
+alpaca-eval-demo: setup $(STANDIN)
+	.venv/bin/snakemake --cores $(CORES) --configfile config/alpaca-eval-demo.yaml
 
 lint: setup
 	.venv/bin/ruff check pipeline rules bench tests

@@ -1,10 +1,15 @@
 # Shared by every rule: wildcard constraints, and one-line wrappers that bind this study's config
 # to the workflow layer (pipeline/workflow/: config checks, results layout, targets, params, jobs).
+from dataclasses import asdict
+
 from snakemake.logging import logger
 
 from pipeline.data.tasks import TASK_NAMES
 from pipeline.workflow import cluster, layout, targets
 from pipeline.workflow.config import (
+    alpaca_eval_config,
+    alpaca_eval_enabled,
+    alpaca_eval_section,
     bench_config,
     check_config,
     curvature_section,
@@ -12,6 +17,7 @@ from pipeline.workflow.config import (
     finetune_enabled,
     finetune_search,
     finetune_section,
+    reference_checkpoint,
     task_settings,
 )
 from pipeline.workflow.figures import figures_of_rule
@@ -22,6 +28,8 @@ from pipeline.workflow.params import (
     curvature_params,
     finetune_bench,
     finetune_params,
+    generation_params,
+    judge_params,
     lr_search_params,
     pretrain_params,
     provenance_config,
@@ -38,6 +46,7 @@ wildcard_constraints:
     lam=r"[0-9.e+-]+",
     seed=r"\d+",
     round=r"\d+",
+    judge=r"[A-Za-z0-9._-]+",
 
 
 CHECKPOINTS = check_config(config, check_benchmark_tasks=workflow.is_main_process)
@@ -125,6 +134,50 @@ def lr_search_setting_inputs(wildcards):
     fields = {"checkpoint": wildcards.checkpoint, "task": wildcards.task, "lam": wildcards.lam}
     final = targets.search_final(config, search_round_file(**fields))
     return targets.search_setting_inputs(config, **fields, final=final)
+
+
+# --- the judged metric (alpaca_eval): fine-tuning jobs also write responses when it is on ---------
+
+
+def generation_inputs():
+    on = alpaca_eval_enabled(config)
+    return {"instructions": study_path(layout.ALPACA_EVAL_INSTRUCTIONS)} if on else {}
+
+
+def generation_outputs():
+    return {"generations": study_path(layout.GENERATIONS)} if alpaca_eval_enabled(config) else {}
+
+
+def generation_rule_params():
+    return {"generation": generation_params(config)} if alpaca_eval_enabled(config) else {}
+
+
+def alpaca_eval_instruction_inputs(wildcards):
+    return targets.instruction_inputs(config)
+
+
+def alpaca_eval_instruction_params(config):
+    return asdict(alpaca_eval_config(config).instructions)
+
+
+def alpaca_eval_judge_inputs(wildcards):
+    return targets.judge_inputs(config, CHECKPOINTS, wildcards.checkpoint, wildcards.task)
+
+
+def alpaca_eval_reference(config):
+    """The reference run, its checkpoint resolved (null: the study's last)."""
+    if not alpaca_eval_enabled(config):
+        return None
+    ref = asdict(alpaca_eval_config(config).reference)
+    return ref | {"checkpoint": reference_checkpoint(config, CHECKPOINTS.values())}
+
+
+def alpaca_eval_resources():
+    return cluster.judge_resources(alpaca_eval_section(config))
+
+
+def check_judge(jobs):
+    cluster.check_judge_jobs(jobs, alpaca_eval_config(config).judge)
 
 
 def check_hub_revisions(jobs):

@@ -48,10 +48,12 @@ rule task_base:
 
 rule finetune:
     input:
+        **generation_inputs(),
         checkpoint=checkpoint_dir,
         task=study_path(layout.TASK_TABLE),
         corpus=study_path("data/corpus.parquet"),
     output:
+        **generation_outputs(),
         metrics=study_path(layout.FINETUNE_PART),
         line=study_path(layout.FINETUNE_LINE_PART),
     log:
@@ -64,6 +66,7 @@ rule finetune:
     resources:
         **finetune_resources(),
     params:
+        **generation_rule_params(),
         spec=checkpoint_spec,
         hp=finetune_params(config),
         eval=eval_config(config),
@@ -90,6 +93,8 @@ rule finetune_analysis:
     threads: 1
     resources:
         **fixed_resources(2000, 10),
+    params:
+        select=finetune_section(config).get("select_metric", "ppl"),
     script:
         "scripts/finetune_analysis.py"
 

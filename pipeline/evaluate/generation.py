@@ -9,46 +9,35 @@ batch wastes little padding; greedy, or sampled with temperature / top-p from a 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import asdict
+from pathlib import Path
 
 import torch
 
 from pipeline.data.chat import default_chat_spans, has_chat_template, prefix_token
 from pipeline.data.tasks import ChatItem, Message
+from pipeline.judge.config import GenerationConfig
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class GenerationConfig:
-    """How responses are generated (every field changes the responses)."""
-
-    max_new_tokens: int = 256
-    batch_size: int = 8
-    do_sample: bool = False  # False: greedy
-    temperature: float = 0.7  # with do_sample
-    top_p: float = 0.9  # with do_sample
-    seed: int = 0  # with do_sample: the sampling generator's seed
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1 or self.batch_size < 1:
-            raise ValueError("generation: max_new_tokens and batch_size must be >= 1")
-        if self.do_sample and not (self.temperature > 0 and 0 < self.top_p <= 1):
-            raise ValueError("generation: sampling needs temperature > 0 and 0 < top_p <= 1")
+Turns = str | list[dict]  # an instruction (one user turn), or {role, content} messages
 
 
-def prompt_ids(tokenizer, instruction: str) -> list[int]:
-    """Token ids of one instruction as a user turn followed by the assistant header: what
-    instruction tuning renders before an assistant reply (pipeline/data/chat.py)."""
+def prompt_ids(tokenizer, turns: Turns) -> list[int]:
+    """Token ids of an instruction (one user turn) or of messages, followed by the assistant
+    header: what instruction tuning renders before an assistant reply (pipeline/data/chat.py)."""
+    messages = [{"role": "user", "content": turns}] if isinstance(turns, str) else turns
     if has_chat_template(tokenizer):
-        turn = [{"role": "user", "content": instruction}]
-        text = tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)
+        plain = [{"role": m["role"], "content": m["content"]} for m in messages]
+        text = tokenizer.apply_chat_template(plain, tokenize=False, add_generation_prompt=True)
         return tokenizer(text, add_special_tokens=False)["input_ids"]
-    item = ChatItem((Message("user", instruction), Message("assistant", "")))
+    item = ChatItem(tuple(Message(m["role"], m["content"]) for m in messages) + (Message("assistant", ""),))
     text, spans = default_chat_spans(item, tokenizer.eos_token)
-    return [prefix_token(tokenizer)] + tokenizer(text[: spans[0][0]], add_special_tokens=False)["input_ids"]
+    return [prefix_token(tokenizer)] + tokenizer(text[: spans[-1][0]], add_special_tokens=False)["input_ids"]
 
 
 def stop_ids(model, tokenizer) -> list[int]:
@@ -60,10 +49,10 @@ def stop_ids(model, tokenizer) -> list[int]:
 
 
 @torch.no_grad()
-def generate_responses(model, tokenizer, instructions: list[str], cfg: GenerationConfig) -> list[dict]:
-    """One row per instruction, in input order: the response text and its token count. A prompt
-    that leaves less than max_new_tokens of the model's context keeps its end (logged). Logs the
-    rate in new tokens/s and the ETA per batch."""
+def generate_responses(model, tokenizer, instructions: list[Turns], cfg: GenerationConfig) -> list[dict]:
+    """One row per instruction (or message list), in input order: the response text and its token
+    count. A prompt that leaves less than max_new_tokens of the model's context keeps its end
+    (logged). Logs the rate in new tokens/s and the ETA per batch."""
     context = model.config.max_position_embeddings
     room = context - cfg.max_new_tokens  # prompt tokens that fit beside the response
     if room < 1:
@@ -121,3 +110,36 @@ def generate_responses(model, tokenizer, instructions: list[str], cfg: Generatio
         )
     model.train(was_training)
     return out
+
+
+def generator_label(identity: dict) -> str:
+    """A model's name in the annotations: its checkpoint, and the fine-tuning run (if any)."""
+    if identity.get("modification") != "sft":
+        return f"{identity['checkpoint']} base"
+    return (
+        f"{identity['checkpoint']} {identity['task']} lr{identity['learning_rate']:g} "
+        f"lam{identity['lambda_reg']:g} seed{identity['seed']}"
+    )
+
+
+def write_responses(
+    model, tokenizer, instructions: str | Path, cfg: GenerationConfig | dict, identity: dict, out: str | Path
+) -> None:
+    """The model's responses to the instruction table (pipeline/judge/instructions.py), one row per
+    instruction with the model's identity (metric-table columns) and the generation settings, so
+    a judge can be rerun or swapped without generating again."""
+    import pandas as pd
+
+    from pipeline.io import write_parquet
+
+    cfg = cfg if isinstance(cfg, GenerationConfig) else GenerationConfig(**cfg)
+    table = pd.read_parquet(instructions)
+    responses = generate_responses(model, tokenizer, table["instruction"].tolist(), cfg)
+    df = table[["index", "instruction"]].assign(
+        output=[r["output"] for r in responses],
+        n_tokens=[r["n_tokens"] for r in responses],
+        generator=generator_label(identity),
+        generation=json.dumps(asdict(cfg), sort_keys=True),
+        **identity,
+    )
+    write_parquet(out, df)

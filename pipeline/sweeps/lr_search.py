@@ -21,8 +21,27 @@ from dataclasses import dataclass, field
 from pipeline.models.presets import finetune_lr_grid, format_hparam
 
 KEY = "finetune.learning_rates.search"
-# the score a search (and the tuned-LR analysis) minimises: the in-domain validation perplexity
+# the score a search minimises: the in-domain validation perplexity
 SELECT_SPLIT, SELECT_METRIC = "validation", "ppl"
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What a tuned learning rate is best on: rows of `eval_data` (None: the task's own) on
+    `split`, `metric`, maximised or minimised."""
+
+    eval_data: str | None
+    split: str
+    metric: str
+    maximize: bool = False
+
+
+# finetune.select_metric -> its Selection: the in-domain validation perplexity (Section 3.4.2), or
+# the judged win rate against the reference (Appendix B.3: how the paper tunes instruction tuning)
+SELECTIONS = {
+    "ppl": Selection(None, SELECT_SPLIT, SELECT_METRIC),
+    "win_rate": Selection("alpaca_eval", "eval", "win_rate", maximize=True),
+}
 DEFAULTS = {"points": 3, "max_widenings": 2}
 MIN_RESOLUTION = 1e-4  # decades: neighbours then differ by 0.023%, still apart at 6 significant digits
 

@@ -140,6 +140,7 @@ class FinetuneConfig:
         "lambdas": "wildcard {lam}",
         "seeds": "wildcard {seed}",
         "seeds_at": "which runs exist: every rate, or the tuned rate only (the targets)",
+        "select_metric": "what the tuned-LR analysis selects on (rule finetune_analysis's params)",
         "threads": "job threads (cannot change a number)",
         "ranks": "processes per job, resources.ranks (FSDP2; changes no number beyond float rounding)",
     }

@@ -31,6 +31,7 @@ from pipeline.data.encode import (
     split_of_task,
 )
 from pipeline.evaluate.benchmarks import configured_rows, eval_configured
+from pipeline.evaluate.generation import write_responses
 from pipeline.evaluate.heldout import EVAL_METRICS, heldout_eval_set
 from pipeline.evaluate.perplexity import eval_perplexity
 from pipeline.evaluate.tasks import eval_task
@@ -181,6 +182,30 @@ def _benchmark_rows(model, tokenizer, bench_cfg: dict, common: dict, ranks: Rank
     return from_main(rows, ranks)
 
 
+def _write_responses(model, tokenizer, generation: dict, identity: dict, ranks: Ranks, compute) -> None:
+    """The fine-tuned model's responses to the instruction set (the judged metric), from the model
+    in memory; a sharded model answers from rank 0's gathered copy (bf16 on GPU)."""
+    if not ranks.sharded:
+        with compute:
+            write_responses(
+                model,
+                tokenizer,
+                generation["instructions"],
+                generation["config"],
+                identity,
+                generation["output"],
+            )
+        return
+    device = next(model.parameters()).device
+    copy = gathered_copy(model, ranks, torch.bfloat16 if device.type == "cuda" else torch.float32)
+    if copy is not None:
+        write_responses(
+            copy, tokenizer, generation["instructions"], generation["config"], identity, generation["output"]
+        )
+    del copy
+    from_main(None, ranks)  # the other ranks wait for rank 0 (within COLLECTIVE_TIMEOUT_S)
+
+
 def _planned_micro_batch(
     model: torch.nn.Module, cfg: FinetuneConfig, max_len: int, ranks: Ranks, gpu: dict
 ) -> int:
@@ -215,6 +240,7 @@ def finetune_run(
     ranks: Ranks = SINGLE,
     gpu: dict | None = None,
     token_cache: str | None = None,
+    generation: dict | None = None,
 ) -> list[dict]:
     """Fine-tune, pick the best epoch on ID validation, evaluate; tidy metric rows.
 
@@ -231,6 +257,9 @@ def finetune_run(
     the micro-batch for this model and rank count (pipeline/train/memory.py).
     token_cache: a directory the tokenized training split of an LM task is kept in for the
     study's other jobs (the same tokens; None: tokenize here).
+    generation: the judged metric's responses, `{instructions, config, output}` (the instruction
+    table, GenerationConfig fields, the Parquet to write): generated from the fine-tuned model in
+    memory, before `after` (None: none).
     """
     if learning_rate <= 0:
         raise ValueError(f"finetune.learning_rates: a learning rate must be > 0, got {learning_rate}")
@@ -353,6 +382,9 @@ def finetune_run(
     rows.append(metric_row(**common, eval_data="weights", split=None, metric="distance_l2", value=distance))
     if bench_cfg and bench_cfg.get("tasks"):
         rows += _benchmark_rows(model, tokenizer, bench_cfg, common, ranks)
+    if generation:
+        identity = {k: v for k, v in common.items() if k not in ("extra", "diverged")}
+        _write_responses(model, tokenizer, generation, identity, ranks, compute)
     log.info(
         "done: pre-training ppl %.3f | ID val ppl %.3f test ppl %.3f | ‖θ_ft − θ_pre‖ %.4f | %.0f s training",
         pre["ppl"],

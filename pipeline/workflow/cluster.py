@@ -147,6 +147,8 @@ def check_cluster_jobs(jobs: Iterable, executor: str | None, device: str, checkp
                     f"profiles/slurm/config.yaml; set {key} under default-resources in the profile{hint}"
                 )
         keys = job.wildcards.keys()
+        if name == JUDGE_RULE:  # the judge's GPUs are its own (alpaca_eval.resources), not the checkpoint's
+            continue
         on_model = "model" in keys or "checkpoint" in keys
         preset = job_preset(job.wildcards, checkpoints) if on_model else None
         ranks = int(resources.get("ranks", 1) or 1)
@@ -177,3 +179,33 @@ def check_hub_jobs(jobs: Iterable, checkpoints: Checkpoints) -> None:
         check_hub_checkpoints(specs)
     except HubRevisionError as err:
         raise WorkflowError(f"checkpoints.hub: {err}") from None
+
+
+# --- the judge (alpaca_eval): its own resources, not its checkpoint's ------------------------------
+
+JUDGE_RULE = "alpaca_eval_judge"
+JUDGE_RESOURCES = {"gpu": 0, "mem_mb": 8000, "runtime": 120, "threads": 1}  # alpaca_eval.resources defaults
+
+
+def judge_resources(section: dict) -> dict[str, Any]:
+    """threads and resources of a judge job (alpaca_eval.resources): an endpoint judge needs no GPU,
+    an hf_local 70B judge several (its layers spread over them); mem_mb and runtime grow with the attempt."""
+    r = {**JUDGE_RESOURCES, **(section.get("resources") or {})}
+    return {
+        "threads": int(r["threads"]),
+        "resources": {**fixed_resources(int(r["mem_mb"]), int(r["runtime"])), "gpu": int(r["gpu"])},
+    }
+
+
+def check_judge_jobs(jobs: Iterable, judge: Any) -> None:
+    """An openai-backend judge's endpoint answers before any job runs (so no generation is wasted
+    on a judge that cannot be reached); only when judge jobs are to run."""
+    from pipeline.judge.backends import check_endpoint
+    from pipeline.judge.config import JudgeConfigError
+
+    if judge.backend != "openai" or not any(job.rule.name == JUDGE_RULE for job in jobs):
+        return
+    try:
+        check_endpoint(judge)
+    except JudgeConfigError as err:
+        raise WorkflowError(str(err)) from None

@@ -17,8 +17,9 @@ import yaml
 from snakemake.exceptions import WorkflowError
 
 from pipeline.curvature.config import CurvatureConfig
-from pipeline.data.tasks import EMBEDDED_TASKS, TASK_NAMES, TaskError, task_files
+from pipeline.data.tasks import EMBEDDED_TASKS, TASK_NAMES, TaskError, task_files, task_kind
 from pipeline.evaluate.benchmarks import SUITE, BenchmarkError, benchmark_config, validate_benchmark_tasks
+from pipeline.judge.config import AlpacaEvalConfig, JudgeConfigError
 from pipeline.models.checkpoints import CheckpointSpec, study_checkpoints
 from pipeline.models.presets import finetune_lr_grid, format_hparam, steps_for_budget
 from pipeline.sweeps.lr_search import LRSearch, SearchError
@@ -260,6 +261,13 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
     check_grid("finetune.learning_rates", finetune_lrs(config))
     check_grid("finetune.lambdas", finetune_section(config).get("lambdas", [0.0]))
     check_tasks(config)
+    if alpaca_eval_enabled(config):
+        check_alpaca_eval(config, specs)
+    elif finetune_enabled(config) and finetune_section(config).get("select_metric") == "win_rate":
+        raise ConfigError(
+            "invalid config: finetune.select_metric: win_rate needs the judged metric "
+            "(alpaca_eval.enabled: true)"
+        )
     if check_benchmark_tasks:
         bench = bench_config(config)
         try:
@@ -309,6 +317,42 @@ def check_tasks(config: dict) -> None:
             task_files(name, task_settings(config, name))
         except TaskError as err:
             raise ConfigError(f"invalid config: {err}") from None
+
+
+def check_alpaca_eval(config: dict, specs: list[CheckpointSpec]) -> None:
+    """The judged metric can run: a valid judge and generation config, a fine-tuning grid (every
+    run known before judging), the reference run in that grid, a chat task for task instructions."""
+    ft, key = finetune_section(config), "invalid config: alpaca_eval"
+    try:
+        section = alpaca_eval_config(config)
+        section.judge.evaluator  # noqa: B018 -- reads and checks the evaluator config
+    except (JudgeConfigError, ValueError) as err:
+        raise ConfigError(f"invalid config: {err}") from None
+    if finetune_search(config) is not None:
+        raise ConfigError(
+            f"{key}: the judged metric needs every fine-tuning run before judging; "
+            "give finetune.learning_rates "
+            "as a grid with finetune.seeds_at: all (not a search, not seeds_at: tuned)"
+        )
+    ref, names = section.reference, [s.name for s in specs]
+    grid = {
+        "checkpoint": (reference_checkpoint(config, specs), names),
+        "learning_rate": (format_hparam(ref.learning_rate), [format_hparam(x) for x in finetune_lrs(config)]),
+        "seed": (ref.seed, list(ft.get("seeds") or [])),
+        "lambda_reg": (format_hparam(ref.lambda_reg), [format_hparam(x) for x in ft.get("lambdas", [0.0])]),
+    }
+    for field_name, (value, values) in grid.items():
+        if value not in values:
+            raise ConfigError(
+                f"{key}.reference.{field_name}: {value} is not in the study's grid {values}; the reference "
+                "run must be one of the fine-tuning runs (Appendix B.3: seed 0, learning rate 1e-5)"
+            )
+    src = section.instructions
+    if src.source == "task" and (src.task not in TASK_NAMES or task_kind(src.task) != "chat"):
+        chat = [n for n in TASK_NAMES if task_kind(n) == "chat"]
+        raise ConfigError(f"{key}.instructions.task: {src.task!r} is not a chat task; chat tasks: {chat}")
+    if src.source == "local" and not Path(src.path).is_file():
+        raise ConfigError(f"{key}.instructions.path: {src.path} does not exist (source local: a file)")
 
 
 def check_grid(key: str, values: Iterable[float]) -> None:
@@ -397,3 +441,23 @@ def curvature_section(config: dict) -> dict:
 
 def curvature_enabled(config: dict) -> bool:
     return bool(curvature_section(config).get("enabled", False))
+
+
+def alpaca_eval_section(config: dict) -> dict:
+    return config.get("alpaca_eval") or {}
+
+
+def alpaca_eval_enabled(config: dict) -> bool:
+    """The judged metric runs: enabled, and there are fine-tuning runs to judge."""
+    return bool(alpaca_eval_section(config).get("enabled", False)) and finetune_enabled(config)
+
+
+def alpaca_eval_config(config: dict) -> AlpacaEvalConfig:
+    return AlpacaEvalConfig.from_section(alpaca_eval_section(config))
+
+
+def reference_checkpoint(config: dict, specs: Iterable[CheckpointSpec]) -> str:
+    """The reference run's checkpoint: alpaca_eval.reference.checkpoint, else the study's last
+    (most pre-training tokens)."""
+    named = alpaca_eval_config(config).reference.checkpoint
+    return named or max(specs, key=lambda s: s.tokens).name

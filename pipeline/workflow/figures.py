@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-STAGES = ("sweep", "pretrain", "finetune", "benchmarks", "curvature", "theory")
+STAGES = ("sweep", "pretrain", "finetune", "alpaca_eval", "benchmarks", "curvature", "theory")
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,9 @@ FIGURES: tuple[Figure, ...] = (
     Figure("finetune_fixed_lr", "finetune_figures", "Fine-tuning", "finetune"),
     Figure("finetune_tuned", "finetune_figures", "Fine-tuning", "finetune"),
     Figure("finetune_distance", "finetune_figures", "Fine-tuning", "finetune"),
+    Figure(
+        "alpaca_eval_win_rate", "alpaca_eval_figures", "Instruction following (AlpacaEval)", "alpaca_eval"
+    ),
     Figure("benchmarks", "benchmark_figures", "Benchmarks", "benchmarks"),
     Figure("curvature_gaussian", "curvature_figures", _CURVATURE, "curvature"),
     Figure("curvature_finetune", "curvature_figures", _CURVATURE, "curvature"),

@@ -17,6 +17,8 @@ TASK_BASE_PART = "finetune/{checkpoint}/{task}/base.parquet"
 FINETUNE_PART = "finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.parquet"
 # the fine-tuning job's loss along θ_ft − θ_pre (curvature stage; empty when it is off)
 FINETUNE_LINE_PART = "finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.line.parquet"
+# the fine-tuned model's responses to the instruction set (alpaca_eval stage; written in the job)
+GENERATIONS = "finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.generations.parquet"
 TOKEN_CACHE = "finetune/.tokens"  # LM tasks' tokenized training splits, shared by the study's jobs
 FINETUNE_BENCHMARK = "benchmarks/finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.tsv"  # its run time
 # the adaptive learning-rate search: its state after each round (the next round reads its learning rates)
@@ -32,6 +34,14 @@ CURVATURE_SHARPNESS_PART = "curvature/{checkpoint}/sharpness.parquet"  # metric 
 CURVATURE_LINES = "curvature/lines.parquet"  # every line of the study
 CURVATURE_SUMMARY = "analysis/curvature_summary.parquet"  # one row per line
 THEORY_METRICS = "theory/metrics.parquet"
+# the judged instruction-following metric (Appendix B.3): the instruction set, each checkpoint's
+# responses before fine-tuning, and per judge and (checkpoint, task) every model's annotations
+# against the reference run, their metric rows, and the judge job's own annotation cache
+ALPACA_EVAL_INSTRUCTIONS = "alpaca_eval/instructions.parquet"
+BASE_GENERATIONS = "alpaca_eval/base/{checkpoint}.generations.parquet"
+JUDGE_ANNOTATIONS = "alpaca_eval/{judge}/{checkpoint}/{task}.annotations.parquet"
+JUDGE_PART = "alpaca_eval/{judge}/{checkpoint}/{task}.parquet"
+JUDGE_CACHE = "alpaca_eval/.cache/{judge}/{checkpoint}/{task}.parquet"
 METRICS = "metrics.parquet"
 INFLECTION = "analysis/inflection.parquet"
 FINETUNE_TUNED = "analysis/finetune_tuned.parquet"

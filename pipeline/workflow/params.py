@@ -11,10 +11,13 @@ from __future__ import annotations
 from dataclasses import asdict, fields
 
 from pipeline.curvature.config import CurvatureConfig
+from pipeline.judge.config import judge_params as _judge_params
 from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.sweeps.lr_search import SELECT_METRIC, SELECT_SPLIT
 from pipeline.train.config import FinetuneConfig, PretrainConfig, changes_numbers, hyperparameters
 from pipeline.workflow.config import (
+    alpaca_eval_config,
+    alpaca_eval_enabled,
     bench_config,
     benchmarks_enabled,
     curvature_enabled,
@@ -105,4 +108,25 @@ def provenance_config(config: dict) -> dict:
     return {
         k: ({kk: vv for kk, vv in v.items() if kk not in UNNUMBERED} if isinstance(v, dict) else v)
         for k, v in cfg.items()
+    }
+
+
+def generation_params(config: dict) -> dict | None:
+    """How responses to the instruction set are generated (every GenerationConfig field); None
+    when the judged metric is off."""
+    if not alpaca_eval_enabled(config):
+        return None
+    return asdict(alpaca_eval_config(config).generation)
+
+
+def judge_params(config: dict) -> dict | None:
+    """The judge rule's params: the judge (every field, its evaluator config and template text),
+    the reference run and whether base models are judged; None when the judged metric is off."""
+    if not alpaca_eval_enabled(config):
+        return None
+    section = alpaca_eval_config(config)
+    return {
+        "judge": _judge_params(section.judge),
+        "reference": asdict(section.reference),
+        "base": section.base,
     }

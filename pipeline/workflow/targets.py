@@ -15,12 +15,15 @@ from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.models.presets import format_hparam
 from pipeline.workflow import layout
 from pipeline.workflow.config import (
+    alpaca_eval_config,
+    alpaca_eval_enabled,
     benchmarks_enabled,
     curvature_enabled,
     finetune_enabled,
     finetune_lrs,
     finetune_search,
     finetune_section,
+    reference_checkpoint,
     task_settings,
     theory_enabled,
 )
@@ -194,6 +197,48 @@ def curvature_line_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
     return gaussian + finetune_parts(config, checkpoints, layout.FINETUNE_LINE_PART)
 
 
+# --- the judged instruction-following metric (alpaca_eval) ------------------------------------------
+
+
+def judge_parts(config: dict, checkpoints: Checkpoints, pattern: str = layout.JUDGE_PART) -> list[str]:
+    """One judge job's table per (checkpoint, task) (`pattern`: its metric rows or its annotations)."""
+    if not alpaca_eval_enabled(config):
+        return []
+    judge = alpaca_eval_config(config).judge.name
+    tasks = finetune_section(config)["tasks"]
+    return [path(config, pattern, judge=judge, checkpoint=c, task=t) for c in checkpoints for t in tasks]
+
+
+def judge_inputs(config: dict, checkpoints: Checkpoints, checkpoint: str, task: str) -> dict[str, list[str]]:
+    """A judge job's inputs: the instruction set, the reference run's responses, the responses of
+    every fine-tuning run of (checkpoint, task) and of the checkpoint before fine-tuning."""
+    ft, section = finetune_section(config), alpaca_eval_config(config)
+    ref = section.reference
+    ref_checkpoint = reference_checkpoint(config, checkpoints.values())
+    runs = [
+        run_path(config, layout.GENERATIONS, checkpoint, task, lr, lam, seed)
+        for lr in finetune_lrs(config)
+        for lam in ft["lambdas"]
+        for seed in ft["seeds"]
+    ]
+    return {
+        "instructions": [path(config, layout.ALPACA_EVAL_INSTRUCTIONS)],
+        "reference": [
+            run_path(
+                config, layout.GENERATIONS, ref_checkpoint, task, ref.learning_rate, ref.lambda_reg, ref.seed
+            )
+        ],
+        "runs": runs,
+        "base": [path(config, layout.BASE_GENERATIONS, checkpoint=checkpoint)] if section.base else [],
+    }
+
+
+def instruction_inputs(config: dict) -> list[str]:
+    """The instruction rule's input: the chat task's table when the instructions come from one."""
+    src = alpaca_eval_config(config).instructions
+    return [path(config, layout.TASK_TABLE, task=src.task)] if src.source == "task" else []
+
+
 def metric_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
     """Every per-job table the metrics rule aggregates."""
     theory = [path(config, layout.THEORY_METRICS)] if theory_enabled(config) else []
@@ -201,6 +246,7 @@ def metric_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
         perturb_parts(config, checkpoints)
         + lm_eval_parts(config, checkpoints)
         + finetune_parts(config, checkpoints)
+        + judge_parts(config, checkpoints)
         + curvature_sharpness_parts(config, checkpoints)
         + theory
     )
@@ -215,6 +261,8 @@ def all_outputs(config: dict, checkpoints: Checkpoints) -> list[str]:
     if finetune_enabled(config):
         out += [path(config, layout.FINETUNE_TUNED)] + stage_figures(config, "finetune")
         out += [path(config, layout.LR_SEARCH)] if finetune_search(config) else []
+    if alpaca_eval_enabled(config):
+        out += stage_figures(config, "alpaca_eval")
     if benchmarks_enabled(config):
         out += stage_figures(config, "benchmarks")
     if curvature_enabled(config):

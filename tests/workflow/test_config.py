@@ -54,6 +54,42 @@ CASES = [
         {"device": "cuda", "gpu.memory_gb": 0.5, "finetune.ranks": 1},
         "does not fit: on 1 GPU(s) of 0.5 GB",
     ),
+    # the judged metric (alpaca_eval): the reference run must be in the grid, the judge must exist
+    (
+        {"alpaca_eval.enabled": True, "alpaca_eval.reference.learning_rate": 3e-5},
+        "alpaca_eval.reference.learning_rate: 3e-05 is not in the study's grid",
+    ),
+    (
+        {
+            "alpaca_eval.enabled": True,
+            "alpaca_eval.reference.learning_rate": 3e-3,
+            "alpaca_eval.reference.seed": 7,
+        },
+        "alpaca_eval.reference.seed: 7 is not in the study's grid [0]",
+    ),
+    (
+        {"alpaca_eval.enabled": True, "alpaca_eval.judge.annotator": "gpt5_judge"},
+        "alpaca_eval.judge.annotator: 'gpt5_judge' is neither an alpaca-eval evaluator config",
+    ),
+    (
+        {
+            "alpaca_eval.enabled": True,
+            "alpaca_eval.reference.learning_rate": 3e-3,
+            "alpaca_eval.instructions.source": "task",
+            "alpaca_eval.instructions.task": "code",
+        },
+        "alpaca_eval.instructions.task: 'code' is not a chat task",
+    ),
+    (
+        {
+            "alpaca_eval.enabled": True,
+            "alpaca_eval.reference.learning_rate": 3e-3,
+            "alpaca_eval.instructions.source": "local",
+            "alpaca_eval.instructions.path": "/no/such.json",
+        },
+        "alpaca_eval.instructions.path: /no/such.json does not exist",
+    ),
+    ({"finetune.select_metric": "win_rate"}, "finetune.select_metric: win_rate needs the judged metric"),
 ]
 
 

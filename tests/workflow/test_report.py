@@ -21,8 +21,9 @@ FAST_THEORY = {
     "theory.finetune.batch_size": None,
     "theory.finetune.lambdas": [0.0, 2.0],
 }
-# every registered figure but the lm-eval one (off in the smoke study; plotted in test_benchmarks)
-SMOKE_FIGURES = [f.name for f in FIGURES if f.stage not in ("benchmarks", "theory")]
+# every registered figure but the lm-eval and judged ones (off in the smoke study; plotted in
+# test_benchmarks and test_judge_workflow)
+SMOKE_FIGURES = [f.name for f in FIGURES if f.stage not in ("benchmarks", "theory", "alpaca_eval")]
 THEORY_FIGURES = [f.name for f in FIGURES if f.stage == "theory"]
 
 

@@ -1,0 +1,53 @@
+"""The alpaca_eval section: the schema documents the keys, the dataclasses hold the defaults
+(pipeline/judge/config.py, pipeline/workflow/cluster.py); the two must agree key for key."""
+
+from dataclasses import MISSING, fields
+from pathlib import Path
+
+import yaml
+
+from pipeline.judge.config import (
+    AlpacaEvalConfig,
+    GenerationConfig,
+    InstructionSet,
+    JudgeConfig,
+    ReferenceRun,
+)
+from pipeline.workflow.cluster import JUDGE_RESOURCES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def schema_section() -> dict:
+    return yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())["properties"]["alpaca_eval"][
+        "properties"
+    ]
+
+
+def defaults(cls) -> dict:
+    return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+
+
+def test_schema_defaults_are_the_dataclasses():
+    section = schema_section()
+    for key, cls in (
+        ("judge", JudgeConfig),
+        ("reference", ReferenceRun),
+        ("instructions", InstructionSet),
+        ("generation", GenerationConfig),
+    ):
+        props = section[key]["properties"]
+        assert set(props) == {f.name for f in fields(cls)}, key
+        assert {k: v["default"] for k, v in props.items()} == defaults(cls), key
+    assert {k: v["default"] for k, v in section["resources"]["properties"].items()} == JUDGE_RESOURCES
+    assert section["base"]["default"] == defaults(AlpacaEvalConfig)["base"]
+
+
+def test_the_default_judge_is_the_papers():
+    cfg = AlpacaEvalConfig.from_section({})
+    assert cfg.judge.model == "meta-llama/Meta-Llama-3-70B-Instruct"  # Appendix B.3
+    assert (cfg.reference.learning_rate, cfg.reference.seed) == (1e-5, 0)
+    evaluator = cfg.judge.evaluator
+    assert (
+        evaluator["fn_completion_parser"] == "ranking_parser" and Path(evaluator["prompt_template"]).is_file()
+    )
