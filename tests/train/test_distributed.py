@@ -181,3 +181,26 @@ def test_a_rank_runs_its_slices_that_score_nothing_with_zero_weight(tiny_model):
     loss = _batch_loss(tiny_model, fused_head(tiny_model), _scoring_one(parts[1])) * 0.0
     loss.backward()
     assert torch.isfinite(loss) and all(torch.count_nonzero(p.grad) == 0 for p in tiny_model.parameters())
+
+
+def test_two_ranks_write_the_responses_of_one_process(study_files, tmp_path, moby_docs):
+    """The judged metric's responses from a sharded model: rank 0 answers from its gathered copy
+    (the other ranks wait), the same greedy responses as one process."""
+    from pipeline.io import write_parquet
+
+    sentences = [s.strip() + "." for s in moby_docs[3].text.split(".") if 5 < len(s.split()) < 20][:4]
+    instructions = tmp_path / "instructions.parquet"
+    write_parquet(instructions, pd.DataFrame({"index": range(4), "instruction": sentences}))
+    cfg = dataclasses.replace(CFG, epochs=1, max_steps=2, activation_checkpointing=False)
+
+    def gen(name: str) -> dict:
+        out = str(tmp_path / f"{name}.generations.parquet")
+        return {"instructions": str(instructions), "config": {"max_new_tokens": 8, "batch_size": 2}, "output": out}
+
+    kwargs = dict(lambda_reg=0.0, task="book")
+    finetune_job.run(job(study_files, tmp_path, cfg, "single", generation=gen("single"), **kwargs), "cpu")
+    sharded = job(study_files, tmp_path, cfg, "sharded", generation=gen("sharded"), **kwargs)
+    run_on_ranks(finetune_job.MODULE, sharded, 2, tmp_path / "job.json", threads=2)
+    one, two = (pd.read_parquet(tmp_path / f"{n}.generations.parquet") for n in ("single", "sharded"))
+    assert two["instruction"].tolist() == sentences and (two["modification"] == "sft").all()
+    assert two["output"].tolist() == one["output"].tolist() and (two["n_tokens"] > 0).any()
