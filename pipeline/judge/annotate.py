@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -37,6 +38,16 @@ SWITCH = "is_switched_outputs"  # alpaca-eval's column name for a pair shown in 
 CACHE_COLUMNS = ("key", "preference", "shown_preference", SWITCH, "raw_completion", "status", "attempts")
 # fields of JudgeConfig that cannot change an answer (labels, speed, what is done with answers)
 NOT_IDENTITY = ("name", "batch_size", "max_retries", "length_controlled", "base_url", "api_key_env")
+
+
+class Lazy:
+    """A backend built on first need (loading a judge model, checking an endpoint)."""
+
+    def __init__(self, build: Callable[[], Completions]):
+        self.build = build
+
+    def __call__(self) -> Completions:
+        return self.build()
 
 
 def judge_identity(params: dict) -> str:
@@ -122,12 +133,14 @@ def annotate(
     judge: JudgeConfig,
     evaluator: dict,
     identity: str,
-    complete: Completions | None,
+    complete: Completions | Lazy | None,
     cache_path: str | Path,
     chunk: int = 32,
 ) -> pd.DataFrame:
     """`pairs` (instruction, output_1, output_2, any identity columns) with the judge's annotation
-    columns (CACHE_COLUMNS). complete: the backend (None: every non-identical pair must be cached)."""
+    columns (CACHE_COLUMNS). complete: the backend, or a function that builds it (called only when
+    some pair is not cached: a rerun from the cache loads no judge); None: every non-identical pair
+    must be cached."""
     cache_path = Path(cache_path)
     pairs = pairs.assign(
         key=[
@@ -150,6 +163,8 @@ def annotate(
         raise ValueError(
             f"{len(pending)} pairs are not in the judge's cache {cache_path} and no judge was given"
         )
+    if len(pending) and isinstance(complete, Lazy):
+        complete = complete()
     t0 = time.perf_counter()
     for start in range(0, len(pending), chunk):
         shown = _shown(pending.iloc[start : start + chunk], judge.seed)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.judge import winrate
-from pipeline.judge.annotate import annotate, judge_identity
+from pipeline.judge.annotate import Lazy, annotate, judge_identity
 from pipeline.judge.backends import check_endpoint, hf_local_backend, load_judge_model, openai_backend
 from pipeline.judge.config import EVAL_DATA, EVAL_SPLIT, JudgeConfig
 from pipeline.tables import METRIC_COLUMNS, metric_row
@@ -63,9 +63,8 @@ def judge_models(
     evaluator, identity = params["judge"]["evaluator"], judge_identity(params["judge"])
     ref = pd.read_parquet(reference)
     pairs = pd.concat([pairs_against(ref, pd.read_parquet(m)) for m in models], ignore_index=True)
-    needs_judge = (pairs["output_1"] != pairs["output_2"]).any()
-    complete = judge_backend(cfg, evaluator, device) if needs_judge else None
-    annotations = annotate(pairs, cfg, evaluator, identity, complete, cache_path)
+    backend = Lazy(lambda: judge_backend(cfg, evaluator, device))  # built only for uncached pairs
+    annotations = annotate(pairs, cfg, evaluator, identity, backend, cache_path)
     annotations = annotations.assign(judge=cfg.name, annotator=cfg.annotator, judge_identity=identity)
     rows = []
     reference_label = ref["generator"].iloc[0]

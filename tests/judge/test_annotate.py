@@ -141,3 +141,27 @@ def test_ranking_answer_format_is_the_packages():
     answer = FirstShown()(["p"])["completions"][0]
     assert ranking_parser(answer) == [1] and ast.literal_eval(answer)[0]["rank"] == 1
     assert math.isnan(ranking_parser("[{'model': 'model_1', 'rank': 3}]")[0])
+
+
+def test_a_rerun_from_the_cache_builds_no_judge(mbpp_pairs, tmp_path):
+    """A judge job whose pairs are all cached never loads its model (or checks its endpoint)."""
+    from pipeline.judge.annotate import Lazy
+
+    cfg, cache = judge(), tmp_path / "c.parquet"
+    annotate(mbpp_pairs, cfg, cfg.evaluator, "id", FirstShown(), cache)
+
+    def no_judge():
+        raise AssertionError("the judge was built for cached pairs")
+
+    again = annotate(mbpp_pairs, cfg, cfg.evaluator, "id", Lazy(no_judge), cache)
+    assert (again["status"] == "judged").all()
+    built = []
+    annotate(
+        mbpp_pairs.assign(output_2="x"),
+        cfg,
+        cfg.evaluator,
+        "id",
+        Lazy(lambda: built.append(1) or FirstShown()),
+        cache,
+    )
+    assert built == [1]

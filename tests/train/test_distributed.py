@@ -195,7 +195,11 @@ def test_two_ranks_write_the_responses_of_one_process(study_files, tmp_path, mob
 
     def gen(name: str) -> dict:
         out = str(tmp_path / f"{name}.generations.parquet")
-        return {"instructions": str(instructions), "config": {"max_new_tokens": 8, "batch_size": 2}, "output": out}
+        return {
+            "instructions": str(instructions),
+            "config": {"max_new_tokens": 8, "batch_size": 2},
+            "output": out,
+        }
 
     kwargs = dict(lambda_reg=0.0, task="book")
     finetune_job.run(job(study_files, tmp_path, cfg, "single", generation=gen("single"), **kwargs), "cpu")

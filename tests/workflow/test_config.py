@@ -59,6 +59,22 @@ CASES = [
         {"alpaca_eval.enabled": True, "alpaca_eval.reference.learning_rate": 3e-5},
         "alpaca_eval.reference.learning_rate: 3e-05 is not in the study's grid",
     ),
+]
+
+
+@pytest.mark.parametrize("change, needle", CASES, ids=[c[1][:20] for c in CASES])
+def test_bad_config_is_rejected_with_a_clear_message(tmp_path, change, needle):
+    cfg = smoke_config(study="bad-config", **{k: v for k, v in change.items() if "." in k})
+    cfg.update({k: v for k, v in change.items() if "." not in k})
+    res = snakemake(write_config(tmp_path, cfg), "-n", "--cores", "1")
+    text = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert needle in text, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+
+
+# more of the judged metric's checks, in process (the check_config the Snakefile runs at parse time)
+JUDGE_CASES = [
     (
         {
             "alpaca_eval.enabled": True,
@@ -93,15 +109,15 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("change, needle", CASES, ids=[c[1][:20] for c in CASES])
-def test_bad_config_is_rejected_with_a_clear_message(tmp_path, change, needle):
-    cfg = smoke_config(study="bad-config", **{k: v for k, v in change.items() if "." in k})
-    cfg.update({k: v for k, v in change.items() if "." not in k})
-    res = snakemake(write_config(tmp_path, cfg), "-n", "--cores", "1")
-    text = res.stdout + res.stderr
-    assert res.returncode != 0
-    assert needle in text, text[-3000:]
-    assert "Traceback" not in text, text[-3000:]
+@pytest.mark.parametrize("change, needle", JUDGE_CASES, ids=[c[1][:30] for c in JUDGE_CASES])
+def test_bad_judge_config_is_rejected_at_parse_time(change, needle):
+    from pipeline.workflow.config import check_config
+
+    cfg = workflow_config(smoke_config(study="bad-config", **change))
+    validate_config(cfg, load_schema(ROOT / "config" / "schema.yaml"))
+    with pytest.raises(ConfigError) as err:
+        check_config(cfg, check_benchmark_tasks=False)
+    assert needle in str(err.value)
 
 
 def test_empty_split_is_a_clear_error():

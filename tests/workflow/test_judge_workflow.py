@@ -18,7 +18,7 @@ def judge_config(cache: str, **judge) -> dict:
     cfg = workflow_config(DEMO)
     cfg["study"] = STUDY
     cfg["checkpoints"]["hub"]["cache_dir"] = cache
-    cfg["finetune"] |= {"max_steps": 2, "batch_size": 2, "seq_len": 128, "eval_max_tokens": 400}
+    cfg["finetune"] |= {"max_steps": 1, "batch_size": 2, "seq_len": 128, "eval_max_tokens": 400}
     cfg["eval"]["max_tokens"] = 600
     cfg["alpaca_eval"]["instructions"]["max_items"] = 6
     cfg["alpaca_eval"]["generation"]["max_new_tokens"] = 24
