@@ -78,6 +78,13 @@ JUDGE_CASES = [
     (
         {
             "alpaca_eval.enabled": True,
+            "finetune.learning_rates": {"search": {"bracket": [1e-3, 1e-1], "resolution": 0.5}},
+        },
+        "alpaca_eval: the judged metric needs every fine-tuning run before judging",
+    ),
+    (
+        {
+            "alpaca_eval.enabled": True,
             "alpaca_eval.reference.learning_rate": 3e-3,
             "alpaca_eval.reference.seed": 7,
         },
