@@ -51,3 +51,10 @@ def test_the_default_judge_is_the_papers():
     assert (
         evaluator["fn_completion_parser"] == "ranking_parser" and Path(evaluator["prompt_template"]).is_file()
     )
+
+
+def test_select_metric_enum_is_the_selection_registry():
+    from pipeline.sweeps.lr_search import SELECTIONS
+
+    ft = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())["properties"]["finetune"]["properties"]
+    assert ft["select_metric"]["enum"] == list(SELECTIONS) and ft["select_metric"]["default"] == "ppl"
