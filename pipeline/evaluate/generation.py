@@ -40,6 +40,17 @@ def prompt_ids(tokenizer, turns: Turns) -> list[int]:
     return [prefix_token(tokenizer)] + tokenizer(text[: spans[-1][0]], add_special_tokens=False)["input_ids"]
 
 
+def left_padded(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input ids, attention mask) of prompts padded on the left: every prompt ends in the last
+    column, where a decoder's next-token logits are read."""
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for r, p in enumerate(prompts):
+        ids[r, width - len(p) :], mask[r, width - len(p) :] = torch.tensor(p), 1
+    return ids, mask
+
+
 def stop_ids(model, tokenizer) -> list[int]:
     """Tokens that end a response: the tokenizer's EOS and the model's generation-config EOS ids."""
     ids = {tokenizer.eos_token_id}
@@ -76,12 +87,8 @@ def generate_responses(model, tokenizer, instructions: list[Turns], cfg: Generat
     t0, made = time.perf_counter(), 0
     for start in range(0, len(order), cfg.batch_size):
         rows = order[start : start + cfg.batch_size]
-        width = max(len(prompts[i]) for i in rows)
-        ids = torch.full((len(rows), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for r, i in enumerate(rows):  # left padding: every prompt ends at the last column
-            ids[r, width - len(prompts[i]) :] = torch.tensor(prompts[i])
-            mask[r, width - len(prompts[i]) :] = 1
+        ids, mask = left_padded([prompts[i] for i in rows], pad)
+        width = ids.shape[1]
         sampling = {"temperature": cfg.temperature, "top_p": cfg.top_p} if cfg.do_sample else {}
         if generator is not None:  # transformers samples from torch's global RNG: seed it per batch
             torch.manual_seed(int(torch.randint(2**31 - 1, (1,), generator=generator)))

@@ -174,7 +174,7 @@ def first_token_logprobs(
     `logprobs` (what alpaca-eval's logprob_parser reads)."""
     import torch
 
-    from pipeline.evaluate.generation import prompt_ids
+    from pipeline.evaluate.generation import left_padded, prompt_ids
 
     context = model.config.max_position_embeddings
     prompts = [prompt_ids(tokenizer, c)[-context:] for c in chats]
@@ -183,11 +183,7 @@ def first_token_logprobs(
     with torch.no_grad():
         for start in range(0, len(prompts), batch_size):
             rows = prompts[start : start + batch_size]
-            width = max(map(len, rows))
-            ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for r, p in enumerate(rows):  # left padding: the next token's logits sit in the last column
-                ids[r, width - len(p) :], mask[r, width - len(p) :] = torch.tensor(p), 1
+            ids, mask = left_padded(rows, tokenizer.pad_token_id)
             logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, -1].float()
             logprobs = torch.log_softmax(logits, dim=-1)
             top = logprobs.topk(top_k, dim=-1).indices.tolist()
