@@ -94,6 +94,7 @@ def load_judge_model(cfg: JudgeConfig, device: str):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from pipeline.models.checkpoints import with_adapter_lookup
     from pipeline.models.hub import hub_offline
 
     kwargs = {
@@ -103,17 +104,10 @@ def load_judge_model(cfg: JudgeConfig, device: str):
     }
     tokenizer = AutoTokenizer.from_pretrained(cfg.model, **kwargs)
     tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
-    # transformers 5.23's adapter lookup ignores cache_dir / local_files_only unless given here
-    # (offline: five retried hub requests per load, as pipeline/models/checkpoints.py notes)
-    adapter = {"cache_dir": cfg.cache_dir, "local_files_only": kwargs["local_files_only"]}
-    if torch.device(device).type == "cuda":  # bf16, its layers spread over the job's GPUs (a 70B judge)
-        model = AutoModelForCausalLM.from_pretrained(
-            cfg.model, dtype=torch.bfloat16, device_map="auto", adapter_kwargs=adapter, **kwargs
-        )
-    else:
-        model = AutoModelForCausalLM.from_pretrained(
-            cfg.model, dtype=torch.float32, adapter_kwargs=adapter, **kwargs
-        )
+    # bf16 with the layers spread over the job's GPUs (a 70B judge), else float32 on the CPU
+    cuda = torch.device(device).type == "cuda"
+    placement = {"dtype": torch.bfloat16, "device_map": "auto"} if cuda else {"dtype": torch.float32}
+    model = AutoModelForCausalLM.from_pretrained(cfg.model, **placement, **with_adapter_lookup(kwargs))
     return model.eval(), tokenizer
 
 

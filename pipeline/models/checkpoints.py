@@ -183,13 +183,7 @@ def load_checkpoint(
             from pipeline.models.hub import check_hub_revisions
 
             check_hub_revisions(spec.model_id, [spec.revision], offline=True, cache_dir=spec.cache_dir)
-        # transformers 5.23 looks for a PEFT adapter_config.json without the cache_dir and
-        # local_files_only it was given (Auto*.from_pretrained): offline that is a hub request with
-        # five retries (~25 s) per load. Hand them to the adapter lookup explicitly.
-        kwargs["adapter_kwargs"] = {
-            "cache_dir": kwargs["cache_dir"],
-            "local_files_only": kwargs["local_files_only"],
-        }
+        kwargs = with_adapter_lookup(kwargs)
     else:
         location, kwargs = path or spec.path, {}
         if not Path(location, "config.json").is_file():
@@ -224,6 +218,15 @@ def hub_kwargs(spec: CheckpointSpec) -> dict:
         "cache_dir": spec.cache_dir,
         "local_files_only": hub_offline(spec.offline),
     }
+
+
+def with_adapter_lookup(kwargs: dict) -> dict:
+    """Hub `from_pretrained` kwargs for a model: transformers 5.23 looks for a PEFT
+    adapter_config.json without the cache_dir and local_files_only it was given
+    (Auto*.from_pretrained); offline that is a hub request with five retries (~25 s) per load.
+    Hand them to the adapter lookup explicitly."""
+    adapter = {"cache_dir": kwargs["cache_dir"], "local_files_only": kwargs["local_files_only"]}
+    return {**kwargs, "adapter_kwargs": adapter}
 
 
 def _hub_tokenizer(spec: CheckpointSpec):
