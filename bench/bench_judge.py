@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from pipeline.data.tasks import load_task
-from pipeline.judge.annotate import _parse
+from pipeline.judge.annotate import parse_answer
 from pipeline.judge.backends import hf_local_backend, load_judge_model
 from pipeline.judge.config import JudgeConfig
 
@@ -43,7 +43,7 @@ def parsed(evaluator: dict, answers: list) -> int:
 
     parser = getattr(completion_parsers, evaluator["fn_completion_parser"])
     kwargs = evaluator.get("completion_parser_kwargs", {})
-    return sum(_parse(parser, a, kwargs) is not None for a in answers)
+    return sum(parse_answer(parser, a, kwargs) is not None for a in answers)
 
 
 def main() -> None:

@@ -64,7 +64,7 @@ def read_cache(path: Path) -> pd.DataFrame:
     return pd.read_parquet(path) if path.is_file() else pd.DataFrame(columns=list(CACHE_COLUMNS))
 
 
-def _parse(parser, completion, kwargs: dict) -> float | None:
+def parse_answer(parser, completion, kwargs: dict) -> float | None:
     """The evaluator's parser on one answer: a preference in [1, 2], or None (unparsable)."""
     try:
         values = list(parser(completion, **kwargs))
@@ -112,7 +112,7 @@ def _ask(shown: pd.DataFrame, evaluator: dict, complete: Completions, max_retrie
         answers = answers.get(answer_key, answers["completions"])
         for i, answer in zip(todo, answers):
             results[i].update(
-                shown_preference=_parse(parser, answer, parser_kwargs),
+                shown_preference=parse_answer(parser, answer, parser_kwargs),
                 raw_completion=answer if isinstance(answer, str) else json.dumps(answer, default=str),
                 attempts=attempt + 1,
             )
