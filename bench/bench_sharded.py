@@ -98,8 +98,8 @@ def measure_state(job_file: str) -> None:
     from pipeline.train.loop import train
 
     job = json.loads(Path(job_file).read_text())
-    ranks, device = init_ranks("cpu")
     cfg = FinetuneConfig(**job["cfg"])
+    ranks, device = init_ranks("cpu", cfg.collective_timeout_s)
     spec = CheckpointSpec(**job["spec"])
     model, tokenizer, _, _ = load_checkpoint(spec, spec.path, device, dtype=torch.float32)
     if ranks.sharded:

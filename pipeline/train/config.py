@@ -32,6 +32,8 @@ BASE_EVAL = {"base_eval": True}
 
 LOG_EVERY = 50  # steps between loss log lines (and loss-curve flushes)
 CHECKPOINT_EVERY = 200  # steps between resume states (a killed run resumes from the last one)
+# seconds a rank of a sharded job may wait in a collective (for a dead or hung peer) before the job fails
+COLLECTIVE_TIMEOUT_S = 1800
 
 
 def _cadence(default: int) -> Any:
@@ -165,6 +167,7 @@ class FinetuneConfig:
     activation_checkpointing: bool = field(default=False, metadata=EXECUTION)  # recompute per layer
     checkpoint_every: int = _cadence(CHECKPOINT_EVERY)
     log_every: int = _cadence(LOG_EVERY)
+    collective_timeout_s: int = field(default=COLLECTIVE_TIMEOUT_S, metadata=EXECUTION)
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:

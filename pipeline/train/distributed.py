@@ -13,49 +13,30 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
+from pipeline.ranks import SINGLE, Ranks
 from pipeline.train.precision import fsdp_mixed_precision, output_layer_policy
+
+if TYPE_CHECKING:
+    from pipeline.models.checkpoints import CheckpointSpec
+
+__all__ = ["SINGLE", "Ranks"]  # re-exported: the training code's place for them
 
 log = logging.getLogger(__name__)
 
-COLLECTIVE_TIMEOUT_S = 1800  # a rank stuck this long in a collective fails the job instead of hanging
 
-
-@dataclass(frozen=True)
-class Ranks:
-    """This process's place in the run: rank `rank` of `world`."""
-
-    rank: int = 0
-    world: int = 1
-
-    @property
-    def sharded(self) -> bool:
-        return self.world > 1
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-    def rows(self, n: int) -> slice:
-        """This rank's rows of a global batch of n rows (n must divide evenly)."""
-        if n % self.world:
-            raise ValueError(f"a global batch of {n} rows cannot be split evenly over {self.world} ranks")
-        k = n // self.world
-        return slice(self.rank * k, (self.rank + 1) * k)
-
-
-SINGLE = Ranks()
-
-
-def init_ranks(device: str) -> tuple[Ranks, str]:
+def init_ranks(device: str, timeout_s: float) -> tuple[Ranks, str]:
     """This process's Ranks and device from torchrun's environment (WORLD_SIZE, RANK, LOCAL_RANK):
-    joins the process group (NCCL on CUDA, gloo otherwise); a single process returns SINGLE."""
+    joins the process group (NCCL on CUDA, gloo otherwise); a single process returns SINGLE.
+    timeout_s: a rank waiting this long in a collective (a peer died or hangs) fails the job
+    instead of hanging it (finetune.collective_timeout_s)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return SINGLE, device
@@ -67,16 +48,13 @@ def init_ranks(device: str) -> tuple[Ranks, str]:
             raise RuntimeError(f"{world} ranks on this node, but only {visible} GPUs are visible to the job")
         torch.cuda.set_device(local)
         device, backend = f"cuda:{local}", "nccl"
-    dist.init_process_group(backend, timeout=timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
     return Ranks(rank, world), device
 
 
 def check_same(value: object, ranks: Ranks, what: str) -> None:
     """Every rank holds the same `value` (e.g. the run config's fingerprint), else a clear error."""
-    if not ranks.sharded:
-        return
-    values: list = [None] * ranks.world
-    dist.all_gather_object(values, value)
+    values = ranks.all_gather(value)
     if any(v != values[0] for v in values):
         raise RuntimeError(f"the ranks of this job disagree on {what}: {values}")
 
@@ -213,20 +191,32 @@ def remove_sharded(path: Path, ranks: Ranks) -> None:
             shutil.rmtree(p, ignore_errors=True)
 
 
-def gathered_copy(model: torch.nn.Module, ranks: Ranks, dtype: torch.dtype) -> torch.nn.Module | None:
-    """Rank 0's whole unsharded copy of a sharded model in `dtype` on its device (None on the other
-    ranks; every rank must call it: the gather is a collective). For evaluation code that runs a
-    model in one process, e.g. lm-eval, whose evaluator splits and returns work by rank."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+@torch.no_grad()
+def full_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """A whole, unsharded copy of `model` in `dtype` on its device, in eval mode: what evaluation
+    code that runs a model in one process (lm-eval, `generate`) gets on every rank. A sharded model
+    is gathered one tensor at a time (a collective: every rank calls it), so the transient memory
+    is one float32 tensor beside the copy."""
     from transformers import AutoModelForCausalLM
 
-    full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    if not ranks.main:
-        return None
-    copy = AutoModelForCausalLM.from_config(model.config, dtype=torch.float32)
-    copy.load_state_dict(full)
     device = next(model.parameters()).device
-    return copy.to(device=device, dtype=dtype).eval()
+    with torch.device(device):
+        copy = AutoModelForCausalLM.from_config(model.config, dtype=dtype)
+    copy.generation_config = model.generation_config
+    attention = getattr(model.config, "_attn_implementation", None)
+    if attention is not None:
+        copy.set_attn_implementation(attention)
+    target = copy.state_dict()
+    for name, tensor in model.state_dict().items():
+        target[name].copy_(full(tensor))
+    return copy.eval()
+
+
+def full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a (possibly sharded) tensor: a collective for a sharded one."""
+    from torch.distributed.tensor import DTensor
+
+    return t.full_tensor() if isinstance(t, DTensor) else t
 
 
 def from_main(value: object, ranks: Ranks) -> object:
@@ -236,3 +226,66 @@ def from_main(value: object, ranks: Ranks) -> object:
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def load_into_shards(
+    spec: CheckpointSpec,
+    path: str | None,
+    device: str,
+    ranks: Ranks,
+    shard: Callable[[torch.nn.Module], None],
+) -> tuple[torch.nn.Module, object]:
+    """(model, tokenizer) of a checkpoint, sharded by `shard`, with one read of the checkpoint per
+    job: rank 0 loads it in float32 on the host; the other ranks build the model on the meta
+    device, shard it and allocate their shards on `device`; rank 0 broadcasts one tensor at a time
+    and each rank keeps its slice; then rank 0 shards its own copy (which frees the rest of it).
+    Host memory: one float32 copy on rank 0; each other rank its shards and one tensor in flight."""
+    from transformers import AutoModelForCausalLM
+
+    from pipeline.models.attention import use_small_head_attention
+    from pipeline.models.checkpoints import load_checkpoint, load_checkpoint_tokenizer
+
+    config = generation = None
+    if ranks.main:
+        model, tokenizer, _, _ = load_checkpoint(spec, path, "cpu", dtype=torch.float32)
+        config, generation = model.config, model.generation_config
+    else:
+        tokenizer = load_checkpoint_tokenizer(spec, path)
+    config, generation = from_main((config, generation), ranks)
+    if not ranks.main:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model.generation_config = generation
+        use_small_head_attention(model)
+        shard(model)
+        model.to_empty(device=device)
+    with torch.no_grad():  # parameters, and buffers (rotary frequencies are in no state dict)
+        for _, tensor in [*model.named_parameters(), *model.named_buffers()]:
+            _broadcast_into(tensor, ranks, device)
+    if ranks.main:
+        shard(model)
+    return model.eval(), tokenizer
+
+
+def _broadcast_into(target: torch.Tensor, ranks: Ranks, device: str) -> None:
+    """Rank 0 sends its whole tensor `target`; another rank fills its `target` (a shard, or a
+    replicated tensor) with its slice of it."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    if ranks.main:
+        dist.broadcast(target.to(device), src=0)
+        return
+    whole = torch.empty(target.shape, dtype=target.dtype, device=device)  # a DTensor's global shape
+    dist.broadcast(whole, src=0)
+    if isinstance(target, DTensor):  # this rank's slice, cut locally (src_data_rank=None: no traffic)
+        mine = distribute_tensor(whole, target.device_mesh, target.placements, src_data_rank=None)
+        target.to_local().copy_(mine.to_local())
+    else:
+        target.copy_(whole)
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    """Whether `model` is sharded with FSDP2 (`fully_shard`)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -35,7 +36,7 @@ from pipeline.evaluate.generation import write_responses
 from pipeline.evaluate.heldout import EVAL_METRICS, heldout_eval_set
 from pipeline.evaluate.perplexity import eval_perplexity
 from pipeline.evaluate.tasks import eval_task
-from pipeline.models.checkpoints import CheckpointSpec, load_checkpoint
+from pipeline.models.checkpoints import CheckpointSpec, default_dtype, load_checkpoint
 from pipeline.models.shapes import shape_of
 from pipeline.tables import metric_row
 from pipeline.train.best_epoch import BestEpoch
@@ -45,8 +46,9 @@ from pipeline.train.distributed import (
     Ranks,
     all_sum,
     check_same,
-    from_main,
-    gathered_copy,
+    full_copy,
+    is_sharded,
+    load_into_shards,
     local,
     remove_sharded,
     reshard,
@@ -170,40 +172,49 @@ def task_base_rows(
     return rows
 
 
-def _benchmark_rows(model, tokenizer, bench_cfg: dict, common: dict, ranks: Ranks) -> list[dict]:
-    """The lm-eval suite's rows of the fine-tuned model; a sharded model is scored on rank 0's
-    gathered copy (bf16 on GPU, as the base models are), the rows sent to every rank."""
-    if not ranks.sharded:
-        return configured_rows(eval_configured(model, tokenizer, bench_cfg), bench_cfg, **common)
-    device = next(model.parameters()).device
-    copy = gathered_copy(model, ranks, torch.bfloat16 if device.type == "cuda" else torch.float32)
-    rows = configured_rows(eval_configured(copy, tokenizer, bench_cfg), bench_cfg, **common) if copy else None
-    del copy
-    return from_main(rows, ranks)
+@contextmanager
+def evaluation_model(model: torch.nn.Module, device: str) -> Iterator[torch.nn.Module]:
+    """The model as every evaluation of whole models runs it (the lm-eval suite, generation): whole,
+    in its device's evaluation dtype (`default_dtype`: bf16 on CUDA, float32 on CPU, as base
+    models are loaded), so a fine-tuned-minus-base difference holds no precision change. The
+    fine-tuned model itself when it already is that; else a copy, gathered on every rank when
+    sharded (a collective)."""
+    dtype = default_dtype(torch.device(device))
+    if not is_sharded(model) and next(model.parameters()).dtype == dtype:
+        yield model.eval()
+        return
+    copy = full_copy(model, dtype)
+    try:
+        yield copy
+    finally:
+        del copy
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
-def _write_responses(model, tokenizer, generation: dict, identity: dict, ranks: Ranks, compute) -> None:
-    """The fine-tuned model's responses to the instruction set (the judged metric), from the model
-    in memory; a sharded model answers from rank 0's gathered copy (bf16 on GPU)."""
-    if not ranks.sharded:
-        with compute:
+def _whole_model_rows(
+    model, tokenizer, bench_cfg: dict | None, generation: dict | None, common: dict, device: str, ranks: Ranks
+) -> list[dict]:
+    """The lm-eval suite's rows of the fine-tuned model, and its responses to the instruction set
+    (the judged metric), from one evaluation model: every rank scores and generates its share
+    (`pipeline.ranks`), every rank returns the same rows, rank 0 writes the responses."""
+    rows: list[dict] = []
+    with evaluation_model(model, device) as whole:
+        if bench_cfg and bench_cfg.get("tasks"):
+            results = eval_configured(whole, tokenizer, bench_cfg, ranks)
+            rows = configured_rows(results, bench_cfg, **common)
+        if generation:
+            identity = {k: v for k, v in common.items() if k not in ("extra", "diverged")}
             write_responses(
-                model,
+                whole,
                 tokenizer,
                 generation["instructions"],
                 generation["config"],
                 identity,
                 generation["output"],
+                ranks,
             )
-        return
-    device = next(model.parameters()).device
-    copy = gathered_copy(model, ranks, torch.bfloat16 if device.type == "cuda" else torch.float32)
-    if copy is not None:
-        write_responses(
-            copy, tokenizer, generation["instructions"], generation["config"], identity, generation["output"]
-        )
-    del copy
-    from_main(None, ranks)  # the other ranks wait for rank 0 (within COLLECTIVE_TIMEOUT_S)
+    return rows
 
 
 def _planned_micro_batch(
@@ -213,6 +224,25 @@ def _planned_micro_batch(
     plan = plan_run(shape_of(model.config), cfg, max_len, gpu, gpus=ranks.world)
     log.info("memory plan: %s", plan.describe())
     return plan.micro_batch
+
+
+def _load_for_training(
+    spec: CheckpointSpec, path: str | None, cfg: FinetuneConfig, device: str, ranks: Ranks
+):
+    """(model, tokenizer) in float32 (master) weights on every device (AdamW on bf16 weights loses
+    small updates); several ranks: sharded with FSDP2, the checkpoint read once (by rank 0)."""
+
+    def prepare(model: torch.nn.Module) -> None:
+        if cfg.activation_checkpointing:
+            enable_activation_checkpointing(model)
+        if ranks.sharded:
+            shard_model(model, cfg.precision)
+
+    if ranks.sharded:
+        return load_into_shards(spec, path, device, ranks, prepare)
+    model, tokenizer, _, _ = load_checkpoint(spec, path, device, dtype=torch.float32)
+    prepare(model)
+    return model, tokenizer
 
 
 def _context(model: torch.nn.Module, cfg: FinetuneConfig) -> int:
@@ -267,14 +297,9 @@ def finetune_run(
         raise ValueError(f"finetune.lambdas: λ must be >= 0, got {lambda_reg}")
     torch.manual_seed(seed)
     cfg = dataclasses.replace(cfg, precision=resolve_precision(cfg.precision, device))  # recorded resolved
-    # fp32 (master) weights for training on every device (AdamW on bf16 weights loses small updates)
-    model, tokenizer, _, _ = load_checkpoint(spec, path, device, dtype=torch.float32)
-    if cfg.activation_checkpointing:
-        enable_activation_checkpointing(model)
     check_same(cfg, ranks, "the fine-tuning config")
+    model, tokenizer = _load_for_training(spec, path, cfg, device, ranks)
     reference_device = device if lambda_reg > 0 else "cpu"
-    if ranks.sharded:
-        shard_model(model, cfg.precision)
     reference = {n: local(p).detach().to(reference_device, copy=True) for n, p in model.named_parameters()}
     compute = compute_context(cfg.precision, torch.device(device), sharded=ranks.sharded)
     task = read_task(task_name, task_path)
@@ -380,11 +405,7 @@ def finetune_run(
             for m in TASK_METRICS[task.kind]
         ]
     rows.append(metric_row(**common, eval_data="weights", split=None, metric="distance_l2", value=distance))
-    if bench_cfg and bench_cfg.get("tasks"):
-        rows += _benchmark_rows(model, tokenizer, bench_cfg, common, ranks)
-    if generation:
-        identity = {k: v for k, v in common.items() if k not in ("extra", "diverged")}
-        _write_responses(model, tokenizer, generation, identity, ranks, compute)
+    rows += _whole_model_rows(model, tokenizer, bench_cfg, generation, common, device, ranks)
     log.info(
         "done: pre-training ppl %.3f | ID val ppl %.3f test ppl %.3f | ‖θ_ft − θ_pre‖ %.4f | %.0f s training",
         pre["ppl"],

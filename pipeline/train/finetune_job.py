@@ -49,7 +49,7 @@ def main(job_file: str) -> None:
 
     with open(job_file) as f:
         job = json.load(f)
-    ranks, device = init_ranks(pick_device(job["device"]))
+    ranks, device = init_ranks(pick_device(job["device"]), job["cfg"]["collective_timeout_s"])
     setup_rank_logging(ranks.rank)
     set_threads(job["threads"])
     try:

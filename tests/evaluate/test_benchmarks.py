@@ -364,6 +364,7 @@ def test_eval_benchmarks_in_memory_model(tiny_model, tokenizer, data_root, shots
             "num_fewshot": 1,
             "limit": 8,
             "n": 8,
+            "dtype": "float32",  # what the scores were computed in
         }
 
 

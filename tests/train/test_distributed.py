@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -140,8 +142,8 @@ def test_a_global_batch_must_split_evenly_over_the_ranks():
 
 
 def test_two_ranks_score_the_finetuned_model_on_the_benchmark_suite(study_files, tmp_path):
-    """lm-eval on the sharded model: every rank runs the same requests in step (the gathers
-    match); rank 0 writes the rows, equal to one process's."""
+    """lm-eval on the sharded model: every rank scores its share of the requests from its
+    gathered copy; the rows equal one process's."""
     from pipeline.evaluate.benchmarks import benchmark_config
 
     root = Path(__file__).resolve().parents[2]
@@ -184,8 +186,8 @@ def test_a_rank_runs_its_slices_that_score_nothing_with_zero_weight(tiny_model):
 
 
 def test_two_ranks_write_the_responses_of_one_process(study_files, tmp_path, moby_docs):
-    """The judged metric's responses from a sharded model: rank 0 answers from its gathered copy
-    (the other ranks wait), the same greedy responses as one process."""
+    """The judged metric's responses from a sharded model: every rank answers its share of the
+    batches from its gathered copy, rank 0 writes; the same greedy responses as one process."""
     from pipeline.io import write_parquet
 
     sentences = [s.strip() + "." for s in moby_docs[3].text.split(".") if 5 < len(s.split()) < 20][:4]
@@ -208,3 +210,25 @@ def test_two_ranks_write_the_responses_of_one_process(study_files, tmp_path, mob
     one, two = (pd.read_parquet(tmp_path / f"{n}.generations.parquet") for n in ("single", "sharded"))
     assert two["instruction"].tolist() == sentences and (two["modification"] == "sft").all()
     assert two["output"].tolist() == one["output"].tolist() and (two["n_tokens"] > 0).any()
+
+
+def test_every_rank_shares_the_evaluation_and_one_read_fills_the_shards(tmp_path):
+    """bench/bench_sharded_eval.py at toy size: the same sharded model scored (2-shot, so the
+    few-shot draws must be one process's) and answered (3 batches over 2 ranks) by every rank and
+    by rank 0 alone give identical results. The model was loaded into shards (rank 0 reads the
+    checkpoint); the memory figures themselves are the benchmark's (docs/benchmarks.md)."""
+    out = tmp_path / "figures.json"
+    args = ["--preset", "tiny", "--ranks", "2", "--tasks", "arc_easy", "copa", "--limit", "6"]
+    args += ["--num-fewshot", "2", "--instructions", "5", "--max-new-tokens", "4", "--gen-batch-size", "2"]
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(root / "bench" / "bench_sharded_eval.py"), *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["eval"]["same_scores"] and figures["eval"]["same_answers"]
+    assert set(figures["eval"]["scores"]) == {"arc_easy", "copa"}
+    assert sorted(r["rank"] for r in figures["load-shards"]) == [0, 1]

@@ -74,7 +74,14 @@ def test_execution_fields_have_one_default():
             )
             == 1
         )
-    assert UNNUMBERED == {"log_every", "checkpoint_every", "activation_checkpointing", "threads", "ranks"}
+    assert UNNUMBERED == {
+        "log_every",
+        "checkpoint_every",
+        "activation_checkpointing",
+        "threads",
+        "ranks",
+        "collective_timeout_s",
+    }
 
 
 def test_params_are_the_fields_that_change_numbers():
