@@ -28,9 +28,10 @@ import pandas as pd
 import yaml
 
 from pipeline.models.checkpoints import CheckpointSpec
-from pipeline.train import finetune_job
+from pipeline.ranks import SINGLE
 from pipeline.train.config import FinetuneConfig, execution, hyperparameters
-from pipeline.train.launch import run_on_ranks, torchrun_command
+from pipeline.train.finetune_job import FinetuneJob, run_in_process, run_on_ranks
+from pipeline.train.launch import torchrun_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,20 +54,17 @@ def smoke_finetune_config(steps: int) -> tuple[FinetuneConfig, dict]:
     return ft, cfg["eval"]
 
 
-def describe(args, cfg: FinetuneConfig, eval_cfg: dict, out: Path, name: str) -> dict:
+def describe(args, cfg: FinetuneConfig, eval_cfg: dict, out: Path, name: str) -> FinetuneJob:
     study = Path(args.study)
     budget = args.checkpoint.rsplit("-", 1)[-1]
     spec = CheckpointSpec(
         args.checkpoint, "local", "bench", 1, path=str(study / "pretrain" / "tiny" / budget)
     )
-    return finetune_job.describe(
-        spec,
-        cfg,
-        outputs={"metrics": str(out / f"{name}.parquet"), "line": str(out / f"{name}.line.parquet")},
-        device="cpu",
-        path=spec.path,
-        task_path=str(study / "data" / "tasks" / f"{args.task}.parquet"),
+    return FinetuneJob(
+        spec=spec,
+        cfg=cfg,
         task_name=args.task,
+        task_path=str(study / "data" / "tasks" / f"{args.task}.parquet"),
         corpus_path=str(study / "data" / "corpus.parquet"),
         eval_cfg=eval_cfg,
         learning_rate=args.lr,
@@ -74,6 +72,10 @@ def describe(args, cfg: FinetuneConfig, eval_cfg: dict, out: Path, name: str) ->
         seed=0,
         study="bench",
         state_dir=str(out / f"{name}-state"),
+        metrics_path=str(out / f"{name}.parquet"),
+        path=spec.path,
+        device="cpu",
+        threads=args.ranks,
     )
 
 
@@ -96,22 +98,24 @@ def measure_state(job_file: str) -> None:
     from pipeline.train import finetune as ft
     from pipeline.train.distributed import init_ranks, shard_model
     from pipeline.train.loop import train
+    from pipeline.train.placement import Sharded, Whole
 
-    job = json.loads(Path(job_file).read_text())
-    cfg = FinetuneConfig(**job["cfg"])
-    ranks, device = init_ranks("cpu", cfg.collective_timeout_s)
-    spec = CheckpointSpec(**job["spec"])
+    job = FinetuneJob.from_json(Path(job_file).read_text())
+    cfg, spec = job.cfg, job.spec
+    sharded = "WORLD_SIZE" in os.environ  # under torchrun
+    ranks, device = init_ranks("cpu", cfg.collective_timeout_s) if sharded else (SINGLE, "cpu")
     model, tokenizer, _, _ = load_checkpoint(spec, spec.path, device, dtype=torch.float32)
-    if ranks.sharded:
+    if sharded:
         shard_model(model, cfg.precision or "fp32")
-    task = read_task(job["kwargs"]["task_name"], job["kwargs"]["task_path"])
+    task = read_task(job.task_name, job.task_path)
     batch_fn, _ = ft._train_data(task, tokenizer, cfg.seq_len or 64, cfg, 0)
+    placement = Sharded(ranks) if sharded else Whole()
     result = train(
-        model, batch_fn, cfg.train_config(2, 1e-3), micro_batch_size=cfg.micro_batch_size, ranks=ranks
+        model, batch_fn, cfg.train_config(2, 1e-3), micro_batch_size=cfg.micro_batch_size, placement=placement
     )
     if ranks.main:
         print("STATE " + json.dumps(result.state_bytes), flush=True)
-    if ranks.sharded:
+    if sharded:
         torch.distributed.destroy_process_group()
 
 
@@ -141,9 +145,9 @@ def main() -> None:
         out = Path(tmp)
         one = describe(args, cfg, eval_cfg, out, "one")
         many = describe(args, cfg, eval_cfg, out, "many")
-        single = pd.DataFrame(finetune_job.run(one, "cpu"))
-        run_on_ranks(finetune_job.MODULE, many, args.ranks, out / "job.json", threads=args.ranks)
-        sharded = pd.read_parquet(many["outputs"]["metrics"])
+        single = pd.DataFrame(run_in_process(one))
+        run_on_ranks(many, args.ranks, out / "job.json")
+        sharded = pd.read_parquet(many.metrics_path)
         print(
             f"\n{args.checkpoint} fine-tuned on {args.task}, {args.steps} steps of {cfg.batch_size} "
             f"(micro-batch {cfg.micro_batch_size}), {cfg.precision or 'fp32'}: "
@@ -155,7 +159,7 @@ def main() -> None:
             print(f"{key:32s} {a[key]:14.8g} {b[key]:14.8g} {abs(b[key] - a[key]) / abs(a[key]):10.2e}")
 
         job_file = out / "state.json"
-        job_file.write_text(json.dumps(one))
+        job_file.write_text(one.to_json())
         states = {n: state_of(n, job_file) for n in (1, args.ranks)}
         print(f"\nper-rank state after the first step (MiB): 1 process vs {args.ranks} ranks (ratio)")
         for key in states[1]:

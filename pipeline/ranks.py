@@ -24,7 +24,8 @@ class Ranks:
     world: int = 1
 
     @property
-    def sharded(self) -> bool:
+    def several(self) -> bool:
+        """Whether the job's work is split over several processes (collectives are no-ops when not)."""
         return self.world > 1
 
     @property
@@ -43,9 +44,33 @@ class Ranks:
         other, e.g. batches sorted by length, spread evenly over the ranks)."""
         return range(self.rank, n, self.world)
 
+    def all_sum(self, value):
+        """The sum over ranks of a tensor, in place (the tensor itself for one process)."""
+        if self.several:
+            import torch.distributed as dist
+
+            dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        return value
+
+    def barrier(self) -> None:
+        if self.several:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def broadcast(self, value: T) -> T:
+        """Rank 0's `value` on every rank (a collective)."""
+        if not self.several:
+            return value
+        import torch.distributed as dist
+
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
     def all_gather(self, value: T) -> list[T]:
         """Every rank's `value`, in rank order, on every rank (a collective)."""
-        if not self.sharded:
+        if not self.several:
             return [value]
         import torch.distributed as dist
 

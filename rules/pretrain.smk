@@ -18,7 +18,7 @@ rule pretrain:
         **preset_resources("pretrain"),
     params:
         hp=pretrain_params(config),
-        state=lambda wc: study_path(f"pretrain/.resume/{wc.model}-{wc.budget}.pt"),
+        state=lambda wc: study_path(f"pretrain/.resume/{wc.model}-{wc.budget}"),
         device=DEVICE,
     script:
         "scripts/pretrain.py"

@@ -120,7 +120,7 @@ class _Progress:
     def add(self, prompts: int, tokens: int) -> None:
         self.done, self.made = self.done + prompts, self.made + tokens
         elapsed = time.perf_counter() - self.t0
-        where = f" (rank {self.ranks.rank} of {self.ranks.world})" if self.ranks.sharded else ""
+        where = f" (rank {self.ranks.rank} of {self.ranks.world})" if self.ranks.several else ""
         log.info(
             "generated %d/%d responses%s | %.1f new tok/s, ETA %.0fs",
             self.done,

@@ -129,7 +129,11 @@ def eval_perplexity(
             device,
         )
 
-    sums = map_cpu_threads(batch_nll, range(0, len(data.inputs), batch_size), device)
+    starts = range(0, len(data.inputs), batch_size)
+    if _gathers_per_forward(model):  # FSDP2's hooks gather layers for one forward at a time
+        sums = [batch_nll(start) for start in starts]
+    else:
+        sums = map_cpu_threads(batch_nll, starts, device)
     nll = float(torch.stack(sums).double().sum())
     model.train(was_training)
     seconds = time.perf_counter() - t0
@@ -153,3 +157,10 @@ def select_documents(
     cum = np.cumsum([len(d) for d in token_docs])
     k = max(1, int(np.searchsorted(cum, max_tokens, side="right")))
     return texts[:k], token_docs[:k]
+
+
+def _gathers_per_forward(model: torch.nn.Module) -> bool:
+    """Whether `model` is sharded with FSDP2, whose forward hooks are not thread-safe."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)

@@ -1,8 +1,7 @@
 """Early stopping over epochs: the best epoch so far on ID validation, kept across a kill.
 
-One process keeps the best weights in host memory and, with the history, in `best.pt`. A
-sharded run (pipeline.train.distributed) writes them as a torch.distributed.checkpoint directory
-`best_model.dcp` (each rank its shards) and rank 0 writes `best.pt` without weights.
+The best weights are a resume state (`best_model`, pipeline/train/resume.py: each rank its shards,
+one process the whole model); rank 0 writes the step, loss and history to `best.pt`.
 """
 
 from __future__ import annotations
@@ -13,7 +12,8 @@ from pathlib import Path
 import torch
 
 from pipeline.io import atomic_path
-from pipeline.train.distributed import SINGLE, Ranks, barrier, load_sharded, remove_sharded, save_sharded
+from pipeline.ranks import SINGLE, Ranks
+from pipeline.train import resume
 
 
 class BestEpoch:
@@ -22,11 +22,11 @@ class BestEpoch:
     def __init__(self, state_dir: str | Path, ranks: Ranks = SINGLE):
         self.ranks = ranks
         self.file = Path(state_dir) / "best.pt"
-        self.model_dir = Path(state_dir) / "best_model.dcp"
+        self.model_dir = Path(state_dir) / "best_model"
         self.best = (
             torch.load(self.file, weights_only=False)
             if self.file.is_file()
-            else {"step": 0, "loss": math.inf, "history": [], "state": None}
+            else {"step": 0, "loss": math.inf, "history": []}
         )
 
     @property
@@ -50,33 +50,22 @@ class BestEpoch:
         better = math.isfinite(loss) and loss < self.loss
         if better:
             self.best.update(step=step, loss=loss)
-            if self.ranks.sharded:
-                save_sharded(self.model_dir, model, None, {"step": step}, self.ranks)
-            else:
-                self.best["state"] = {
-                    k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()
-                }
+            if not final:  # the final weights are the model's own: `restore` leaves them
+                resume.save(self.model_dir, model, None, {"step": step}, self.ranks)
         if not final and self.ranks.main:
             with atomic_path(self.file) as tmp:
                 torch.save(self.best, tmp)
-        barrier(self.ranks)
+        self.ranks.barrier()
         return better
 
     def restore(self, model: torch.nn.Module, steps_done: int) -> bool:
         """Load the best epoch's weights into `model` unless they are the final ones."""
         if self.step in (0, steps_done):
             return False
-        if self.ranks.sharded:
-            load_sharded(self.model_dir, model, None)
-        elif self.best["state"] is not None:
-            model.load_state_dict(self.best["state"])
-        else:
-            return False
-        return True
+        return resume.load(self.model_dir, model, None) is not None
 
     def remove(self) -> None:
         """Delete the files (the run is done)."""
-        if self.ranks.sharded:
-            remove_sharded(self.model_dir, self.ranks)
+        resume.remove(self.model_dir, self.ranks)
         if self.ranks.main:
             self.file.unlink(missing_ok=True)

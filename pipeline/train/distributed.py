@@ -5,42 +5,38 @@ Parameters, gradients and AdamW state are sharded per decoder layer, so a rank h
 global batch (a pure function of the step) and computes its own rows; gradients are summed
 across ranks, so a step is the one-process step up to float rounding, whatever N. Started by
 torchrun inside one job (pipeline/train/launch.py): NCCL on GPUs, gloo on CPUs (the tests).
-The resume state is a `torch.distributed.checkpoint` directory, valid for any N >= 2.
+The checkpoint is read once per job (`load_into_shards`); evaluation code that needs the whole
+model gets a gathered copy on every rank (`full_copy`) and shares its work (pipeline/ranks.py).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
-from pipeline.ranks import SINGLE, Ranks
+from pipeline.ranks import Ranks
 from pipeline.train.precision import fsdp_mixed_precision, output_layer_policy
 
 if TYPE_CHECKING:
     from pipeline.models.checkpoints import CheckpointSpec
 
-__all__ = ["SINGLE", "Ranks"]  # re-exported: the training code's place for them
-
 log = logging.getLogger(__name__)
 
 
 def init_ranks(device: str, timeout_s: float) -> tuple[Ranks, str]:
-    """This process's Ranks and device from torchrun's environment (WORLD_SIZE, RANK, LOCAL_RANK):
-    joins the process group (NCCL on CUDA, gloo otherwise); a single process returns SINGLE.
-    timeout_s: a rank waiting this long in a collective (a peer died or hangs) fails the job
-    instead of hanging it (finetune.collective_timeout_s)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1:
-        return SINGLE, device
-    rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    """This process's Ranks and device from torchrun's environment (WORLD_SIZE, RANK, LOCAL_RANK),
+    having joined the process group (NCCL on CUDA, gloo otherwise; one rank too: FSDP2 needs a
+    group). timeout_s: a rank waiting this long in a collective (a peer died or hangs) fails the
+    job instead of hanging it (finetune.collective_timeout_s)."""
+    if "WORLD_SIZE" not in os.environ:
+        raise RuntimeError("init_ranks: not started by torchrun (no WORLD_SIZE in the environment)")
+    world, rank, local = (int(os.environ[k]) for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK"))
     backend = "gloo"
     if device.startswith("cuda"):
         visible = torch.cuda.device_count()
@@ -123,74 +119,6 @@ def state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dic
     }
 
 
-def all_sum(value: torch.Tensor, ranks: Ranks) -> torch.Tensor:
-    """The sum over ranks of a tensor (in place; the tensor itself for one process)."""
-    if ranks.sharded:
-        dist.all_reduce(value, op=dist.ReduceOp.SUM)
-    return value
-
-
-def barrier(ranks: Ranks) -> None:
-    if ranks.sharded:
-        dist.barrier()
-
-
-def _previous(path: Path) -> Path:
-    return path.with_name(path.name + ".old")
-
-
-def sharded_state_exists(path: Path) -> bool:
-    return path.is_dir() or _previous(path).is_dir()
-
-
-def save_sharded(
-    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, extra: dict, ranks: Ranks
-) -> None:
-    """The model (and optimizer) state of every rank with torch.distributed.checkpoint, plus rank
-    0's `extra` (step, schedule, losses, ...), into directory `path`, atomically: written beside it,
-    then swapped in (a kill mid-swap leaves `path.old`, which `load_sharded` reads)."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
-    tmp = path.with_name(path.name + ".tmp")
-    if ranks.main:
-        shutil.rmtree(tmp, ignore_errors=True)
-    barrier(ranks)
-    model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [])
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=tmp)
-    if ranks.main:
-        torch.save(extra, tmp / "extra.pt")
-        old = _previous(path)
-        shutil.rmtree(old, ignore_errors=True)
-        if path.exists():
-            path.rename(old)
-        tmp.rename(path)
-        shutil.rmtree(old, ignore_errors=True)
-    barrier(ranks)
-
-
-def load_sharded(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict:
-    """Restore what `save_sharded` wrote into the sharded model (and optimizer); returns `extra`."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
-    if not path.is_dir():
-        path = _previous(path)
-    optimizers = optimizer if optimizer is not None else []
-    model_sd, optim_sd = get_state_dict(model, optimizers)
-    state = {"model": model_sd, "optim": optim_sd}
-    dcp.load(state, checkpoint_id=path)
-    set_state_dict(model, optimizers, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    return torch.load(path / "extra.pt", weights_only=False)
-
-
-def remove_sharded(path: Path, ranks: Ranks) -> None:
-    barrier(ranks)
-    if ranks.main:
-        for p in (path, _previous(path), path.with_name(path.name + ".tmp")):
-            shutil.rmtree(p, ignore_errors=True)
-
-
 @torch.no_grad()
 def full_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     """A whole, unsharded copy of `model` in `dtype` on its device, in eval mode: what evaluation
@@ -219,15 +147,6 @@ def full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
-def from_main(value: object, ranks: Ranks) -> object:
-    """Rank 0's `value` on every rank."""
-    if not ranks.sharded:
-        return value
-    box = [value]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
 def load_into_shards(
     spec: CheckpointSpec,
     path: str | None,
@@ -251,7 +170,7 @@ def load_into_shards(
         config, generation = model.config, model.generation_config
     else:
         tokenizer = load_checkpoint_tokenizer(spec, path)
-    config, generation = from_main((config, generation), ranks)
+    config, generation = ranks.broadcast((config, generation))
     if not ranks.main:
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

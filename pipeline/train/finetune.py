@@ -16,9 +16,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -38,26 +39,18 @@ from pipeline.evaluate.perplexity import eval_perplexity
 from pipeline.evaluate.tasks import eval_task
 from pipeline.models.checkpoints import CheckpointSpec, default_dtype, load_checkpoint
 from pipeline.models.shapes import shape_of
+from pipeline.ranks import SINGLE, Ranks
 from pipeline.tables import metric_row
+from pipeline.train import resume
 from pipeline.train.best_epoch import BestEpoch
 from pipeline.train.config import FinetuneConfig, resolve_precision
-from pipeline.train.distributed import (
-    SINGLE,
-    Ranks,
-    all_sum,
-    check_same,
-    full_copy,
-    is_sharded,
-    load_into_shards,
-    local,
-    remove_sharded,
-    reshard,
-    shard_model,
-)
-from pipeline.train.loop import train
+from pipeline.train.distributed import check_same, local
+from pipeline.train.loop import TrainResult, train
 from pipeline.train.memory import plan_run
-from pipeline.train.precision import compute_context
-from pipeline.train.recompute import enable_activation_checkpointing
+from pipeline.train.placement import WHOLE, Whole
+
+if TYPE_CHECKING:
+    from pipeline.train.finetune_job import FinetuneJob
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +82,8 @@ def weight_distance(
     for n, p in model.named_parameters():
         mine = local(p).detach()
         total += (mine.double() - reference[n].to(mine.device).double()).pow(2).sum().cpu()
-    return math.sqrt(float(all_sum(total.to(_collective_device(ranks, model)), ranks)))
-
-
-def _collective_device(ranks: Ranks, model: torch.nn.Module) -> torch.device:
-    """Where a collective's tensors live: the model's device (NCCL needs GPU tensors)."""
-    return next(model.parameters()).device if ranks.sharded else torch.device("cpu")
+    device = next(model.parameters()).device  # a collective's tensors live there (NCCL: on the GPU)
+    return math.sqrt(float(ranks.all_sum(total.to(device))))
 
 
 def _eval_data(task, tokenizer, max_len: int, cfg: FinetuneConfig) -> dict:
@@ -172,47 +161,26 @@ def task_base_rows(
     return rows
 
 
-@contextmanager
-def evaluation_model(model: torch.nn.Module, device: str) -> Iterator[torch.nn.Module]:
-    """The model as every evaluation of whole models runs it (the lm-eval suite, generation): whole,
-    in its device's evaluation dtype (`default_dtype`: bf16 on CUDA, float32 on CPU, as base
-    models are loaded), so a fine-tuned-minus-base difference holds no precision change. The
-    fine-tuned model itself when it already is that; else a copy, gathered on every rank when
-    sharded (a collective)."""
-    dtype = default_dtype(torch.device(device))
-    if not is_sharded(model) and next(model.parameters()).dtype == dtype:
-        yield model.eval()
-        return
-    copy = full_copy(model, dtype)
-    try:
-        yield copy
-    finally:
-        del copy
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-
-
-def _whole_model_rows(
-    model, tokenizer, bench_cfg: dict | None, generation: dict | None, common: dict, device: str, ranks: Ranks
-) -> list[dict]:
-    """The lm-eval suite's rows of the fine-tuned model, and its responses to the instruction set
-    (the judged metric), from one evaluation model: every rank scores and generates its share
-    (`pipeline.ranks`), every rank returns the same rows, rank 0 writes the responses."""
+def _whole_model_rows(model, tokenizer, job: FinetuneJob, common: dict, placement: Whole) -> list[dict]:
+    """The lm-eval suite's rows of the fine-tuned model and its responses to the instruction set
+    (the judged metric), from one whole model in the device's evaluation dtype (`default_dtype`:
+    bf16 on CUDA, float32 on CPU, as base models are loaded, so a fine-tuned-minus-base difference
+    holds no precision change). Every rank scores and answers its share (pipeline/ranks.py) and
+    returns the same rows; rank 0 writes the responses."""
+    scored = bool(job.bench_cfg and job.bench_cfg.get("tasks"))
+    if not scored and not job.generation:
+        return []
     rows: list[dict] = []
-    with evaluation_model(model, device) as whole:
-        if bench_cfg and bench_cfg.get("tasks"):
-            results = eval_configured(whole, tokenizer, bench_cfg, ranks)
-            rows = configured_rows(results, bench_cfg, **common)
-        if generation:
+    dtype = default_dtype(torch.device(job.device))
+    with placement.whole(model, dtype) as whole:
+        if scored:
+            results = eval_configured(whole, tokenizer, job.bench_cfg, placement.ranks)
+            rows = configured_rows(results, job.bench_cfg, **common)
+        if job.generation:
             identity = {k: v for k, v in common.items() if k not in ("extra", "diverged")}
+            g = job.generation
             write_responses(
-                whole,
-                tokenizer,
-                generation["instructions"],
-                generation["config"],
-                identity,
-                generation["output"],
-                ranks,
+                whole, tokenizer, g["instructions"], g["config"], identity, g["output"], placement.ranks
             )
     return rows
 
@@ -226,186 +194,153 @@ def _planned_micro_batch(
     return plan.micro_batch
 
 
-def _load_for_training(
-    spec: CheckpointSpec, path: str | None, cfg: FinetuneConfig, device: str, ranks: Ranks
-):
-    """(model, tokenizer) in float32 (master) weights on every device (AdamW on bf16 weights loses
-    small updates); several ranks: sharded with FSDP2, the checkpoint read once (by rank 0)."""
-
-    def prepare(model: torch.nn.Module) -> None:
-        if cfg.activation_checkpointing:
-            enable_activation_checkpointing(model)
-        if ranks.sharded:
-            shard_model(model, cfg.precision)
-
-    if ranks.sharded:
-        return load_into_shards(spec, path, device, ranks, prepare)
-    model, tokenizer, _, _ = load_checkpoint(spec, path, device, dtype=torch.float32)
-    prepare(model)
-    return model, tokenizer
-
-
 def _context(model: torch.nn.Module, cfg: FinetuneConfig) -> int:
     ctx = model.config.max_position_embeddings
     return min(cfg.seq_len or ctx, ctx)
 
 
-def finetune_run(
-    spec: CheckpointSpec,
-    path: str | None,
-    task_path: str | Path,
-    task_name: str,
-    corpus_path: str | Path,
-    eval_cfg: dict,
-    cfg: FinetuneConfig,
-    learning_rate: float,
-    lambda_reg: float,
-    seed: int,
-    study: str,
-    state_dir: str | Path,
-    device: str = "cpu",
-    stop_after: int | None = None,
-    bench_cfg: dict | None = None,
-    after: Callable[[torch.nn.Module, object, dict[str, torch.Tensor]], None] | None = None,
-    ranks: Ranks = SINGLE,
-    gpu: dict | None = None,
-    token_cache: str | None = None,
-    generation: dict | None = None,
-) -> list[dict]:
-    """Fine-tune, pick the best epoch on ID validation, evaluate; tidy metric rows.
+@dataclass
+class Run:
+    """A fine-tuning run once set up: the model at θ_pre, its data, its resolved config."""
 
-    bench_cfg: `eval.benchmarks` (pipeline.evaluate.benchmarks); with tasks, the fine-tuned model is also
-    scored on the lm-eval suite in memory (Figure 2: base vs fine-tuned benchmark accuracy).
-    state_dir: resume files of this run (training state + best epoch so far), removed at the end.
-    stop_after: stop as if killed after this many steps (tests of resumption); returns [].
-    after: called last, once every row is computed, as after(model at θ_ft, tokenizer, θ_pre by name),
-    e.g. the curvature stage's line along θ_ft − θ_pre (both in memory: no second load); it may
-    modify the model. Not in a sharded run (the line needs the whole model in one process).
-    ranks: a run over several processes (pipeline.train.distributed; `device` is this rank's):
-    the model is sharded with FSDP2 after loading; every rank returns the same rows.
-    gpu: the config's `gpu:` section; on CUDA with micro_batch_size null, the memory planner picks
-    the micro-batch for this model and rank count (pipeline/train/memory.py).
-    token_cache: a directory the tokenized training split of an LM task is kept in for the
-    study's other jobs (the same tokens; None: tokenize here).
-    generation: the judged metric's responses, `{instructions, config, output}` (the instruction
-    table, GenerationConfig fields, the Parquet to write): generated from the fine-tuned model in
-    memory, before `after` (None: none).
-    """
-    if learning_rate <= 0:
-        raise ValueError(f"finetune.learning_rates: a learning rate must be > 0, got {learning_rate}")
-    if lambda_reg < 0:
-        raise ValueError(f"finetune.lambdas: λ must be >= 0, got {lambda_reg}")
-    torch.manual_seed(seed)
-    cfg = dataclasses.replace(cfg, precision=resolve_precision(cfg.precision, device))  # recorded resolved
-    check_same(cfg, ranks, "the fine-tuning config")
-    model, tokenizer = _load_for_training(spec, path, cfg, device, ranks)
-    reference_device = device if lambda_reg > 0 else "cpu"
-    reference = {n: local(p).detach().to(reference_device, copy=True) for n, p in model.named_parameters()}
-    compute = compute_context(cfg.precision, torch.device(device), sharded=ranks.sharded)
-    task = read_task(task_name, task_path)
+    model: torch.nn.Module
+    tokenizer: object
+    task: object
+    cfg: FinetuneConfig  # precision resolved; on CUDA the planned micro-batch
+    max_len: int
+    reference: dict[str, torch.Tensor]  # θ_pre by name (this rank's shards)
+    batch_fn: Callable[[int], dict]
+    per_epoch: int
+    total: int
+    evals: dict
+    compute: object  # the forward pass's context (placement.compute)
+
+
+def set_up(job: FinetuneJob, placement: Whole) -> Run:
+    """Load the checkpoint (sharded or whole), keep θ_pre, encode the task's data."""
+    torch.manual_seed(job.seed)
+    device = job.device
+    cfg = dataclasses.replace(
+        job.cfg, precision=resolve_precision(job.cfg.precision, device)
+    )  # recorded resolved
+    check_same(cfg, placement.ranks, "the fine-tuning config")
+    model, tokenizer = placement.load(job.spec, job.path, device, cfg.precision, cfg.activation_checkpointing)
+    reference_device = device if job.lambda_reg > 0 else "cpu"
+    reference = {
+        n: placement.local(p).detach().to(reference_device, copy=True) for n, p in model.named_parameters()
+    }
+    task = read_task(job.task_name, job.task_path)
     max_len = _context(model, cfg)
-    if torch.device(device).type == "cuda" and gpu is not None and cfg.micro_batch_size is None:
-        cfg = dataclasses.replace(cfg, micro_batch_size=_planned_micro_batch(model, cfg, max_len, ranks, gpu))
-    batch_fn, per_epoch = _train_data(task, tokenizer, max_len, cfg, seed, token_cache)
-    evals = _eval_data(task, tokenizer, max_len, cfg)
+    if torch.device(device).type == "cuda" and job.gpu is not None and cfg.micro_batch_size is None:
+        planned = _planned_micro_batch(model, cfg, max_len, placement.ranks, job.gpu)
+        cfg = dataclasses.replace(cfg, micro_batch_size=planned)
+    batch_fn, per_epoch = _train_data(task, tokenizer, max_len, cfg, job.seed, job.token_cache)
     total = per_epoch * cfg.epochs if cfg.max_steps is None else min(per_epoch * cfg.epochs, cfg.max_steps)
-    boundaries = sorted({s for s in range(per_epoch, total + 1, per_epoch)} | {total})
-    train_cfg = cfg.train_config(total, learning_rate, device)
-    state_dir = Path(state_dir)
-    best = BestEpoch(state_dir, ranks)
+    return Run(
+        model,
+        tokenizer,
+        task,
+        cfg,
+        max_len,
+        reference,
+        batch_fn,
+        per_epoch,
+        total,
+        _eval_data(task, tokenizer, max_len, cfg),
+        placement.compute(cfg.precision, torch.device(device)),
+    )
+
+
+def train_run(run: Run, job: FinetuneJob, placement: Whole) -> tuple[TrainResult, BestEpoch]:
+    """Train with early stopping over epochs on ID validation (the best epoch kept across a kill)."""
+    cfg, model = run.cfg, run.model
+    boundaries = sorted({s for s in range(run.per_epoch, run.total + 1, run.per_epoch)} | {run.total})
+    best = BestEpoch(job.state_dir, placement.ranks)
 
     def at_epoch_end(step: int) -> None:
         if step not in boundaries:
             return
-        with compute:
-            val = eval_task(model, evals["validation"], tokenizer.pad_token_id, cfg.eval_batch_size)
-        reshard(model)
-        record = {"step": step, "epoch": step / per_epoch, "val_loss": val["loss"], "val_ppl": val["ppl"]}
-        best.update(model, record, val["loss"], final=step >= total)
+        with run.compute:
+            val = eval_task(model, run.evals["validation"], run.tokenizer.pad_token_id, cfg.eval_batch_size)
+        placement.settle(model)
+        epoch = step / run.per_epoch
+        record = {"step": step, "epoch": epoch, "val_loss": val["loss"], "val_ppl": val["ppl"]}
+        best.update(model, record, val["loss"], final=step >= run.total)
         log.info(
-            "step %d (epoch %.2f): ID validation loss %.4f ppl %.3f",
-            step,
-            step / per_epoch,
-            val["loss"],
-            val["ppl"],
+            "step %d (epoch %.2f): ID validation loss %.4f ppl %.3f", step, epoch, val["loss"], val["ppl"]
         )
 
     log.info(
         "fine-tuning %s on %s: lr %g, λ %g, seed %d, %d steps (%d per epoch, evaluations at %s)",
-        spec.name,
-        task_name,
-        learning_rate,
-        lambda_reg,
-        seed,
-        total,
-        per_epoch,
+        job.spec.name,
+        job.task_name,
+        job.learning_rate,
+        job.lambda_reg,
+        job.seed,
+        run.total,
+        run.per_epoch,
         boundaries,
     )
-    extra_loss = proximal_term(model, reference, lambda_reg) if lambda_reg > 0 else None
-    train_state = state_dir / ("train.dcp" if ranks.sharded else "train.pt")
+    extra_loss = proximal_term(model, run.reference, job.lambda_reg) if job.lambda_reg > 0 else None
     result = train(
         model,
-        batch_fn,
-        train_cfg,
-        state_path=train_state,
-        stop_after=stop_after,
+        run.batch_fn,
+        cfg.train_config(run.total, job.learning_rate, job.device),
+        state_path=Path(job.state_dir) / "train",
+        stop_after=job.stop_after,
         extra_loss=extra_loss,
         on_step_end=at_epoch_end,
         micro_batch_size=cfg.micro_batch_size,
-        ranks=ranks,
+        placement=placement,
     )
-    if stop_after is not None and result.steps_done < total and not result.diverged:
-        return []
-    if best.restore(model, result.steps_done):
-        log.info("early stopping: restored step %d (best ID validation loss %.4f)", best.step, best.loss)
+    return result, best
 
+
+def evaluate_run(
+    run: Run, job: FinetuneJob, result: TrainResult, best: BestEpoch, placement: Whole
+) -> list[dict]:
+    """The fine-tuned model's rows: pre-training perplexity, in-domain metrics, ‖θ_ft − θ_pre‖₂,
+    then the lm-eval suite and the judged metric's responses."""
+    cfg, model, tokenizer = run.cfg, run.model, run.tokenizer
+    eval_cfg = job.eval_cfg
     pretrain_data = heldout_eval_set(
-        corpus_path,
+        job.corpus_path,
         eval_cfg["split"],
         tokenizer,
-        min(eval_cfg.get("seq_len") or max_len, model.config.max_position_embeddings),
+        min(eval_cfg.get("seq_len") or run.max_len, model.config.max_position_embeddings),
         eval_cfg.get("max_tokens"),
     )
-    with compute:
+    with run.compute:
         pre = eval_perplexity(model, pretrain_data, batch_size=eval_cfg["batch_size"])
         ident = {
             s: eval_task(model, data, tokenizer.pad_token_id, cfg.eval_batch_size)
-            for s, data in evals.items()
+            for s, data in run.evals.items()
         }
-    reshard(model)
-    distance = weight_distance(model, reference, ranks)
-    tokens_per_step = cfg.batch_size * max_len if task.kind == "lm" else None
+    placement.settle(model)
+    distance = weight_distance(model, run.reference, placement.ranks)
+    tokens_per_step = cfg.batch_size * run.max_len if run.task.kind == "lm" else None
     extra = {
         **cfg.recorded(),
         "steps": result.steps_done,
-        "steps_per_epoch": per_epoch,
+        "steps_per_epoch": run.per_epoch,
         "best_step": best.step,
-        "best_epoch": best.step / per_epoch,
+        "best_epoch": best.step / run.per_epoch,
         "train_tokens": tokens_per_step * result.steps_done if tokens_per_step else None,
         "final_train_loss": result.losses[-1] if result.losses else None,
         "history": best.history,
     }  # no wall-clock times here: the table must be identical across machines and reruns
-    common = dict(
-        **spec.row_fields(study),
-        modification="sft",
-        task=task_name,
-        learning_rate=float(learning_rate),
-        lambda_reg=float(lambda_reg),
-        seed=int(seed),
-        extra=extra,
-        diverged=result.diverged,
-    )
+    common = dict(**job.identity(), modification="sft", extra=extra, diverged=result.diverged)
     rows = [
         metric_row(**common, eval_data="pretrain", split=eval_cfg["split"], metric=m, value=pre[m])
         for m in EVAL_METRICS
     ]
     for split, res in ident.items():
         rows += [
-            metric_row(**common, eval_data=task_name, split=split, metric=m, value=res[m])
-            for m in TASK_METRICS[task.kind]
+            metric_row(**common, eval_data=job.task_name, split=split, metric=m, value=res[m])
+            for m in TASK_METRICS[run.task.kind]
         ]
     rows.append(metric_row(**common, eval_data="weights", split=None, metric="distance_l2", value=distance))
-    rows += _whole_model_rows(model, tokenizer, bench_cfg, generation, common, device, ranks)
+    rows += _whole_model_rows(model, tokenizer, job, common, placement)
     log.info(
         "done: pre-training ppl %.3f | ID val ppl %.3f test ppl %.3f | ‖θ_ft − θ_pre‖ %.4f | %.0f s training",
         pre["ppl"],
@@ -414,13 +349,34 @@ def finetune_run(
         distance,
         result.seconds,
     )
-    if ranks.sharded:
-        remove_sharded(train_state, ranks)
-    else:
-        train_state.unlink(missing_ok=True)
+    return rows
+
+
+def finetune_run(
+    job: FinetuneJob,
+    placement: Whole = WHOLE,
+    after: Callable[[torch.nn.Module, object, dict[str, torch.Tensor]], None] | None = None,
+) -> list[dict]:
+    """Fine-tune, pick the best epoch on ID validation, evaluate; tidy metric rows (the same on
+    every rank). Phases: `set_up`, `train_run`, `evaluate_run`, then `after`.
+
+    job.device is the device itself (`cpu`, `cuda:0`), resolved by the entry point.
+    after: called last, once every row is computed, as after(model at θ_ft, tokenizer, θ_pre by
+    name), e.g. the curvature stage's line along θ_ft − θ_pre (both in memory: no second load); it
+    may modify the model. Only where the placement holds the whole model.
+    Returns [] when the job stops as if killed (`job.stop_after`); its resume files stay.
+    """
+    if after is not None and not placement.holds_whole_model:
+        raise ValueError(f"{type(placement).__name__}: `after` needs the whole model in one process")
+    run = set_up(job, placement)
+    result, best = train_run(run, job, placement)
+    if job.stop_after is not None and result.steps_done < run.total and not result.diverged:
+        return []
+    if best.restore(run.model, result.steps_done):
+        log.info("early stopping: restored step %d (best ID validation loss %.4f)", best.step, best.loss)
+    rows = evaluate_run(run, job, result, best, placement)
+    resume.remove(Path(job.state_dir) / "train", placement.ranks)
     best.remove()
-    if after is not None and ranks.sharded:
-        log.warning("sharded run: no curvature line along θ_ft − θ_pre (it needs the model in one process)")
-    elif after is not None:
-        after(model, tokenizer, reference)
+    if after is not None:
+        after(run.model, run.tokenizer, run.reference)
     return rows

@@ -1,7 +1,7 @@
 """A job on N ranks: `torchrun --standalone --nproc-per-node N` started inside the job.
 
-On SLURM the job is one task holding N GPUs (profiles/slurm; not N tasks of one GPU each, see
-../shared/peers.md on the executor plugin's `tasks` mapping); on a CPU, N gloo processes share the
+On SLURM the job is one task holding N GPUs (profiles/slurm; not N tasks of one GPU each: the
+executor plugin would start the whole job script once per task); on a CPU, N gloo processes share the
 job's threads. The job's arguments travel as a JSON file; each rank runs the module's `main`, and
 rank 0 alone writes the outputs. `--max-restarts 0`: a rank that dies ends the others (torchrun
 stops the group) and the job fails with its exit status, never hangs.
@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.io import write_json
+from pipeline.io import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -34,11 +34,12 @@ def torchrun_command(ranks: int, *program: str) -> list[str]:
     ]
 
 
-def run_on_ranks(module: str, job: dict, ranks: int, job_file: str | Path, threads: int) -> None:
-    """Run `module` on `ranks` processes with `job` (JSON-serialisable) as its argument file; each
-    process gets threads // ranks CPU threads (at least one). Raises if any rank fails."""
-    write_json(job_file, job | {"threads": max(1, threads // ranks)})
-    env = dict(os.environ, OMP_NUM_THREADS=str(max(1, threads // ranks)))
+def run_on_ranks(module: str, job_json: str, ranks: int, job_file: str | Path, threads: int) -> None:
+    """Run `module` on `ranks` processes with `job_json` written to `job_file` as its argument;
+    each process runs `threads` CPU threads. Raises if any rank fails."""
+    with atomic_path(job_file) as tmp:
+        Path(tmp).write_text(job_json)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     command = torchrun_command(ranks, "-m", module, str(job_file))
     log.info("starting %d ranks: %s", ranks, " ".join(command))
     done = subprocess.run(command, env=env, check=False)

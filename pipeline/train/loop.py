@@ -20,19 +20,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pipeline.io import atomic_path
 from pipeline.models.losses import IGNORE_INDEX, body_hidden, fused_head, fused_linear_cross_entropy
+from pipeline.train import resume
 from pipeline.train.config import TrainConfig
-from pipeline.train.distributed import (
-    SINGLE,
-    Ranks,
-    all_sum,
-    load_sharded,
-    save_sharded,
-    sharded_state_exists,
-    state_bytes,
-)
-from pipeline.train.precision import check_precision, compute_context, fp32_output_layer
+from pipeline.train.distributed import state_bytes
+from pipeline.train.placement import WHOLE, Whole
+from pipeline.train.precision import check_precision
 from pipeline.train.schedules import lambda_schedule
 
 log = logging.getLogger(__name__)
@@ -169,10 +162,9 @@ def _save_state(
     result: TrainResult,
     seconds: float,
     fingerprint: str,
-    ranks: Ranks,
+    placement: Whole,
 ) -> None:
-    """Everything a killed run needs to continue bit-identically, written atomically (sharded runs:
-    a torch.distributed.checkpoint directory)."""
+    """Everything a killed run needs to continue bit-identically (pipeline/train/resume.py)."""
     state = {
         "step": result.steps_done,
         "fingerprint": fingerprint,
@@ -183,23 +175,7 @@ def _save_state(
         "lrs": result.lrs,
         "seconds": seconds,
     }
-    if ranks.sharded:
-        save_sharded(path, model, optimizer, state, ranks)
-        return
-    with atomic_path(path) as tmp:
-        torch.save(state | {"model": model.state_dict(), "optimizer": optimizer.state_dict()}, tmp)
-
-
-def _load_state(path: Path, model, optimizer, device: torch.device, ranks: Ranks) -> dict | None:
-    """The resume state at `path` (model and optimizer restored), or None when there is none."""
-    if ranks.sharded:
-        return load_sharded(path, model, optimizer) if sharded_state_exists(path) else None
-    if not path.exists():
-        return None
-    state = torch.load(path, map_location=device, weights_only=False)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    return state
+    resume.save(path, model, optimizer, state, placement.ranks)
 
 
 def train(
@@ -211,7 +187,7 @@ def train(
     extra_loss: Callable[[torch.nn.Module], torch.Tensor] | None = None,
     on_step_end: Callable[[int], None] | None = None,
     micro_batch_size: int | None = None,
-    ranks: Ranks = SINGLE,
+    placement: Whole = WHOLE,
 ) -> TrainResult:
     """Train `model` for `cfg.steps` steps on `batch_fn(step)` batches.
 
@@ -225,7 +201,7 @@ def train(
     micro_batch_size: gradient accumulation: forward/backward this many rows of a batch at a
         time, each part's mean loss weighted by its share of the batch's scored tokens (the
         gradient is the whole batch's; None: the whole batch at once).
-    ranks: a sharded run (pipeline.train.distributed): `model` is sharded with FSDP2, each rank
+    placement: where the model lives (pipeline/train/placement.py); sharded over ranks, each rank
         takes its rows of every global batch and `extra_loss` covers its own shards.
     A non-finite loss stops the run and marks it diverged instead of raising.
     """
@@ -235,7 +211,7 @@ def train(
     result = TrainResult(steps_done=0)
     fingerprint = cfg.fingerprint()
     state_path = Path(state_path) if state_path else None
-    state = _load_state(state_path, model, optimizer, device, ranks) if state_path else None
+    state = resume.load(state_path, model, optimizer) if state_path else None
     if state is not None:
         if state["fingerprint"] != fingerprint:
             raise ValueError(
@@ -258,17 +234,17 @@ def train(
     model.train()
     check_precision(cfg.precision, device)
     head = fused_head(model)  # (body, head weight), or None: the model's forward transforms its logits
-    if head is None and cfg.precision != "fp32" and not ranks.sharded:
-        fp32_output_layer(model)
-    compute = compute_context(cfg.precision, device, sharded=ranks.sharded)
+    placement.prepare_output(model, cfg.precision)
+    compute = placement.compute(cfg.precision, device)
+    ranks = placement.ranks
     pending: list[torch.Tensor] = []
     t0, tokens_since, step0 = time.perf_counter(), 0, result.steps_done
     for step in range(result.steps_done, cfg.steps):
         batch = batch_fn(step)  # the global batch (on the host): the same on every rank
         scored = int((batch["labels"] != IGNORE_INDEX).sum())
         mine = {k: v[ranks.rows(len(v))] for k, v in batch.items()}
-        parts = _micro_batches(mine, micro_batch_size, keep_unscored=ranks.sharded)
-        if len(parts) == 1 and not ranks.sharded:
+        parts = _micro_batches(mine, micro_batch_size, keep_unscored=placement.keeps_unscored)
+        if len(parts) == 1 and not ranks.several:  # this process holds the whole batch
             with compute:
                 loss = _batch_loss(model, head, _to(mine, device))
             total = loss + extra_loss(model) if extra_loss is not None else loss
@@ -284,15 +260,14 @@ def train(
                 loss += part_loss.detach()
             if extra_loss is not None:
                 extra_loss(model).backward()
-            all_sum(loss, ranks)  # the global batch's mean loss on every rank
+            ranks.all_sum(loss)  # the global batch's mean loss on every rank
         if cfg.grad_clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip, foreach=True)
         result.lrs.append(scheduler.get_last_lr()[0])
         optimizer.step()
         if not result.state_bytes:
             result.state_bytes = state_bytes(model, optimizer)
-            log.log(
-                logging.INFO if ranks.sharded else logging.DEBUG,
+            log.info(
                 "rank %d of %d holds %s",
                 ranks.rank,
                 ranks.world,
@@ -337,7 +312,7 @@ def train(
                     result,
                     result.seconds + elapsed,
                     fingerprint,
-                    ranks,
+                    placement,
                 )
         if on_step_end is not None:
             on_step_end(result.steps_done)

@@ -32,10 +32,10 @@ def check_precision(precision: str, device: torch.device, key: str = "finetune.p
         )
 
 
-def compute_context(precision: str, device: torch.device, sharded: bool = False):
-    """The context of a forward pass: bf16 autocast for bf16-mixed in one process; nothing for fp32
-    or under FSDP2 (its MixedPrecisionPolicy casts the parameters itself)."""
-    if precision == "bf16-mixed" and not sharded:
+def compute_context(precision: str, device: torch.device):
+    """The context of a forward pass of a whole model: bf16 autocast for bf16-mixed, nothing for
+    fp32 (a sharded model needs none: pipeline/train/placement.py)."""
+    if precision == "bf16-mixed":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 

@@ -13,6 +13,8 @@ from pipeline.data.tokenizer import load_tokenizer
 from pipeline.io import atomic_path, write_json
 from pipeline.models.build import build_model, count_parameters, init_std, model_config
 from pipeline.models.presets import steps_for_budget
+from pipeline.ranks import SINGLE
+from pipeline.train import resume
 from pipeline.train.config import PretrainConfig
 from pipeline.train.loop import ChunkSampler, train
 from pipeline.train.recompute import enable_activation_checkpointing
@@ -96,7 +98,7 @@ def pretrain_run(
         write_json(tmp / "init_std.json", stds)
         write_json(tmp / "summary.json", summary)
         curve.to_parquet(tmp / "loss_curve.parquet", index=False)
-    Path(state_path).unlink(missing_ok=True)
+    resume.remove(state_path, SINGLE)  # the run is done
     log.info(
         "wrote %s (final loss %.4f, %.0f tok/s)",
         out_dir,

@@ -66,7 +66,8 @@ def preset_resources(stage: str, device: str, checkpoints: Checkpoints, ranks: i
 def finetune_resources(device: str, checkpoints: Checkpoints, config: dict) -> dict[str, Any]:
     """resources of a fine-tuning job. On CPU (and `auto`): finetune.ranks processes (1 when null).
     With `device: cuda`: the memory planner's GPU count per checkpoint (finetune.ranks when set),
-    host memory for each rank to load the float32 checkpoint, and the preset's runtime. A job that
+    host memory for one float32 copy of the checkpoint (rank 0 reads it) plus each rank's process,
+    and the preset's runtime. A job that
     fits on no allowed GPU count stops the run at start-up with the planner's arithmetic."""
     if not gpu_count(device):
         return preset_resources("finetune", device, checkpoints, finetune_ranks(config))
@@ -82,8 +83,9 @@ def finetune_resources(device: str, checkpoints: Checkpoints, config: dict) -> d
 
     @cache
     def host_mb(name: str) -> int:
-        """Each rank loads the float32 checkpoint on the host."""
-        return plan(name).gpus * (4000 + 4 * checkpoint_shape(checkpoints[name], vocab).params // 1_000_000)
+        """Rank 0 alone reads the float32 checkpoint on the host (the shards live on the GPUs:
+        pipeline/train/distributed.py, load_into_shards); every rank its process overhead."""
+        return plan(name).gpus * 4000 + 4 * checkpoint_shape(checkpoints[name], vocab).params // 1_000_000
 
     def mem_mb(wildcards: Any, attempt: int) -> int:
         return host_mb(wildcards.checkpoint) * attempt

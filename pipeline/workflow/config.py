@@ -278,7 +278,9 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
 
 
 def check_ranks(config: dict) -> None:
-    """finetune.ranks fits one node's GPUs (device cuda) and divides the global batch."""
+    """finetune.ranks fits one node's GPUs (device cuda) and divides the global batch; a sharded
+    job supports what it does (pipeline/train/placement.py: the curvature line needs the whole
+    model in one process)."""
     ranks, ft = finetune_ranks(config), finetune_section(config)
     per_node = (config.get("gpu") or {}).get("per_node", 8)
     if config.get("device") == "cuda" and ranks > per_node:
@@ -290,6 +292,12 @@ def check_ranks(config: dict) -> None:
         raise ConfigError(
             f"invalid config: finetune.batch_size {ft.get('batch_size', 64)} cannot be split evenly over "
             f"finetune.ranks {ranks}"
+        )
+    if finetune_enabled(config) and ranks > 1 and curvature_enabled(config):
+        raise ConfigError(
+            f"invalid config: curvature.enabled with finetune.ranks {ranks}: the curvature stage's line "
+            "along theta_ft - theta_pre needs the whole fine-tuned model in one process, which a sharded "
+            "job does not hold; set finetune.ranks: 1 or curvature.enabled: false"
         )
 
 

@@ -3,28 +3,22 @@ memory; in this process, or on `resources.ranks` processes (FSDP2 under torchrun
 
 from pathlib import Path
 
-from pipeline.curvature.stage import FinetuneLine
 from pipeline.models.checkpoints import CheckpointSpec
-from pipeline.runtime import pick_device, set_threads, setup_logging
-from pipeline.train import finetune_job
+from pipeline.runtime import setup_logging
 from pipeline.train.config import FinetuneConfig, execution
-from pipeline.train.launch import run_on_ranks
+from pipeline.train.finetune_job import FinetuneJob, run_in_process, run_on_ranks
 from pipeline.workflow.layout import TOKEN_CACHE, study_path
 
 setup_logging(snakemake.log[0])
 wc = snakemake.wildcards
-# how the run executes (logging / resume cadence, activation checkpointing) is read from the config,
-# not params: changing it reruns nothing
+# how the run executes (logging / resume cadence, activation checkpointing, the collective timeout)
+# is read from the config, not params: changing it reruns nothing
 cfg = FinetuneConfig(**snakemake.params.hp, **execution(FinetuneConfig, snakemake.config["finetune"]))
-spec = CheckpointSpec(**snakemake.params.spec)
-job = finetune_job.describe(
-    spec,
-    cfg,
-    outputs={"metrics": snakemake.output.metrics, "line": snakemake.output.line},
-    device=snakemake.params.device,
-    path=snakemake.input.checkpoint[0] if snakemake.input.checkpoint else None,
-    task_path=snakemake.input.task,
+job = FinetuneJob(
+    spec=CheckpointSpec(**snakemake.params.spec),
+    cfg=cfg,
     task_name=wc.task,
+    task_path=snakemake.input.task,
     corpus_path=snakemake.input.corpus,
     eval_cfg=snakemake.params.eval,
     learning_rate=float(wc.lr),
@@ -32,6 +26,10 @@ job = finetune_job.describe(
     seed=int(wc.seed),
     study=snakemake.config["study"],
     state_dir=snakemake.params.state,
+    metrics_path=snakemake.output.metrics,
+    line_path=snakemake.output.line,
+    path=snakemake.input.checkpoint[0] if snakemake.input.checkpoint else None,
+    device=snakemake.params.device,
     bench_cfg=snakemake.params.bench,
     gpu=snakemake.config.get("gpu"),  # the planner's micro-batch on CUDA (changes no number)
     token_cache=study_path(snakemake.config["study"], TOKEN_CACHE),  # the task's tokens, shared by jobs
@@ -43,25 +41,11 @@ job = finetune_job.describe(
     }
     if "generations" in snakemake.output.keys()
     else None,
+    curvature=snakemake.params.curv,  # Appendix D: the loss along θ_ft − θ_pre (None: the stage is off)
+    threads=snakemake.threads,
 )
 ranks = int(snakemake.resources.get("ranks", 1))
 if ranks > 1:
-    job_file = Path(snakemake.params.state) / "job.json"
-    run_on_ranks(finetune_job.MODULE, job, ranks, job_file, snakemake.threads)
+    run_on_ranks(job, ranks, Path(snakemake.params.state) / "job.json")
 else:
-    set_threads(snakemake.threads)
-    # Appendix D: the loss along θ_ft − θ_pre, once every row is computed (None: the stage is off)
-    line = FinetuneLine(
-        snakemake.params.curv,
-        snakemake.input.corpus,
-        snakemake.params.eval,
-        dict(
-            **spec.row_fields(snakemake.config["study"]),
-            task=wc.task,
-            learning_rate=float(wc.lr),
-            lambda_reg=float(wc.lam),
-            seed=int(wc.seed),
-        ),
-    )
-    rows = finetune_job.run(job, pick_device(snakemake.params.device), after=line)
-    finetune_job.write_outputs(job, rows, line.rows)
+    run_in_process(job)

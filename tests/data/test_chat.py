@@ -37,6 +37,7 @@ from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.models.presets import INSTRUCT_FINETUNE, INSTRUCT_FINETUNE_LRS, finetune_lr_grid
 from pipeline.tables import metrics_frame
 from pipeline.train.finetune import TASK_METRICS, FinetuneConfig, finetune_run, task_base_rows
+from pipeline.train.finetune_job import FinetuneJob
 from pipeline.train.loop import IGNORE_INDEX, TrainConfig, make_optimizer, make_schedule
 
 CREW = ["Ishmael", "Ahab", "Queequeg", "Starbuck", "Stubb", "Flask", "Pip", "Tashtego", "Daggoo"]
@@ -346,20 +347,23 @@ def test_finetune_run_on_a_chat_task(chat_study):
     }
     runs = {}
     for lr in (1e-4, 3e-3):
-        rows = finetune_run(
-            s["spec"],
-            s["ckpt"],
-            task_path,
-            "hh",
-            s["dir"] / "corpus.parquet",
-            EVAL,
-            CFG,
-            lr,
-            0.0,
-            0,
-            "t",
-            s["dir"] / f"state-{lr}",
+        job = FinetuneJob(
+            spec=s["spec"],
+            cfg=CFG,
+            task_name="hh",
+            task_path=str(task_path),
+            corpus_path=str(s["dir"] / "corpus.parquet"),
+            eval_cfg=EVAL,
+            learning_rate=lr,
+            lambda_reg=0.0,
+            seed=0,
+            study="t",
+            state_dir=str(s["dir"] / f"state-{lr}"),
+            metrics_path=str(s["dir"] / f"metrics-{lr}.parquet"),
+            path=str(s["ckpt"]),
+            device="cpu",
         )
+        rows = finetune_run(job)
         runs[lr] = metrics_frame(rows)
     df = runs[3e-3]
     hh = df[df["eval_data"] == "hh"]

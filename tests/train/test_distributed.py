@@ -15,9 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.train import finetune_job
 from pipeline.train.config import FinetuneConfig
-from pipeline.train.launch import run_on_ranks
+from pipeline.train.finetune_job import FinetuneJob, run_in_process, run_on_ranks
 
 EVAL = {"split": "validation", "max_tokens": 2000, "seq_len": None, "batch_size": 32}
 # 12 steps per epoch on the 96 MR training items: evaluations (early stopping) at steps 12 and 24
@@ -39,18 +38,12 @@ COMPARED = [  # (eval_data, split, metric): the issue's figures ({task}: the in-
 ]
 
 
-def job(files, tmp_path, cfg=CFG, name="run", task="mr", **kwargs) -> dict:
-    return finetune_job.describe(
-        files["spec"],
-        cfg,
-        outputs={
-            "metrics": str(tmp_path / f"{name}.parquet"),
-            "line": str(tmp_path / f"{name}-line.parquet"),
-        },
-        device="cpu",
-        path=files["ckpt"],
-        task_path=str(files["dir"] / f"{task}.parquet"),
+def job(files, tmp_path, cfg=CFG, name="run", task="mr", **kwargs) -> FinetuneJob:
+    return FinetuneJob(
+        spec=files["spec"],
+        cfg=cfg,
         task_name=task,
+        task_path=kwargs.pop("task_path", str(files["dir"] / f"{task}.parquet")),
         corpus_path=str(files["corpus"]),
         eval_cfg=EVAL,
         learning_rate=3e-3,
@@ -58,6 +51,11 @@ def job(files, tmp_path, cfg=CFG, name="run", task="mr", **kwargs) -> dict:
         seed=0,
         study="t",
         state_dir=str(tmp_path / f"{name}-state"),
+        metrics_path=str(tmp_path / f"{name}.parquet"),
+        line_path=str(tmp_path / f"{name}-line.parquet"),
+        path=str(files["ckpt"]),
+        device="cpu",
+        threads=2,
         **kwargs,
     )
 
@@ -74,15 +72,15 @@ def figures(df: pd.DataFrame, task: str = "mr") -> dict:
 
 
 def test_two_ranks_killed_and_resumed_match_one_process(study_files, tmp_path):
-    single = pd.DataFrame(finetune_job.run(job(study_files, tmp_path, name="single"), "cpu"))
+    single = pd.DataFrame(run_in_process(job(study_files, tmp_path, name="single")))
     sharded = job(study_files, tmp_path, name="sharded", stop_after=14)  # after the first evaluation
-    run_on_ranks(finetune_job.MODULE, sharded, 2, tmp_path / "kill.json", threads=2)
-    assert pd.read_parquet(sharded["outputs"]["metrics"]).empty  # stopped as if killed
+    run_on_ranks(sharded, 2, tmp_path / "kill.json")
+    assert pd.read_parquet(sharded.metrics_path).empty  # stopped as if killed
     state = tmp_path / "sharded-state"
-    assert (state / "train.dcp" / ".metadata").is_file() and (state / "best_model.dcp").is_dir()
-    del sharded["kwargs"]["stop_after"]
-    run_on_ranks(finetune_job.MODULE, sharded, 2, tmp_path / "resume.json", threads=2)
-    two = pd.read_parquet(sharded["outputs"]["metrics"])
+    assert (state / "train" / ".metadata").is_file() and (state / "best_model").is_dir()
+    sharded = dataclasses.replace(sharded, stop_after=None)
+    run_on_ranks(sharded, 2, tmp_path / "resume.json")
+    two = pd.read_parquet(sharded.metrics_path)
     want, got = figures(single), figures(two)
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-4), key
@@ -93,8 +91,23 @@ def test_two_ranks_killed_and_resumed_match_one_process(study_files, tmp_path):
     for h1, h2 in zip(extra[0]["history"], extra[1]["history"]):
         assert h2["val_loss"] == pytest.approx(h1["val_loss"], rel=1e-4)
     assert extra[1]["precision"] == "fp32" and "activation_checkpointing" not in extra[1]  # changes no number
-    assert not state.joinpath("train.dcp").exists()  # resume state removed once the run is done
-    assert pd.read_parquet(sharded["outputs"]["line"]).empty  # no curvature line in a sharded run
+    assert not state.joinpath("train").exists()  # resume state removed once the run is done
+    assert pd.read_parquet(sharded.line_path).empty  # the curvature stage is off here
+
+
+def test_one_rank_under_torchrun_is_the_sharded_path_and_the_curvature_line_is_refused(study_files, tmp_path):
+    """torchrun with one rank takes the FSDP2 path (the GPU kit's one-GPU check of it); a job that
+    asks a sharded run for the curvature line fails instead of dropping it."""
+    cfg = dataclasses.replace(CFG, epochs=1, max_steps=4, activation_checkpointing=False)
+    single = pd.DataFrame(run_in_process(job(study_files, tmp_path, cfg, "single", lambda_reg=0.0)))
+    one = job(study_files, tmp_path, cfg, "one", lambda_reg=0.0)
+    run_on_ranks(one, 1, tmp_path / "one.json")
+    want, got = figures(single), figures(pd.read_parquet(one.metrics_path))
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-5), key
+    curved = dataclasses.replace(one, curvature={"max_tokens": 64}, stop_after=None)
+    with pytest.raises(RuntimeError, match="1-rank job"):
+        run_on_ranks(curved, 1, tmp_path / "curved.json")
 
 
 def test_two_ranks_in_bf16_mixed_follow_one_process(study_files, tmp_path):
@@ -110,24 +123,20 @@ def test_two_ranks_in_bf16_mixed_follow_one_process(study_files, tmp_path):
         activation_checkpointing=False,
     )
     kwargs = dict(lambda_reg=0.0, task="book")
-    single = pd.DataFrame(finetune_job.run(job(study_files, tmp_path, cfg, "single", **kwargs), "cpu"))
+    single = pd.DataFrame(run_in_process(job(study_files, tmp_path, cfg, "single", **kwargs)))
     sharded = job(study_files, tmp_path, cfg, "sharded", **kwargs)
-    run_on_ranks(finetune_job.MODULE, sharded, 2, tmp_path / "job.json", threads=2)
-    want, got = figures(single, "book"), figures(pd.read_parquet(sharded["outputs"]["metrics"]), "book")
+    run_on_ranks(sharded, 2, tmp_path / "job.json")
+    want, got = figures(single, "book"), figures(pd.read_parquet(sharded.metrics_path), "book")
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=2e-2), key
-    assert (
-        json.loads(pd.read_parquet(sharded["outputs"]["metrics"])["extra"].iloc[0])["precision"]
-        == "bf16-mixed"
-    )
+    assert json.loads(pd.read_parquet(sharded.metrics_path)["extra"].iloc[0])["precision"] == "bf16-mixed"
 
 
 def test_a_failing_rank_fails_the_job_without_hanging(study_files, tmp_path):
-    bad = job(study_files, tmp_path, name="bad")
-    bad["kwargs"]["task_path"] = str(tmp_path / "missing.parquet")
+    bad = job(study_files, tmp_path, name="bad", task_path=str(tmp_path / "missing.parquet"))
     t0 = time.perf_counter()
     with pytest.raises(RuntimeError, match="2-rank job .* failed with exit status"):
-        run_on_ranks(finetune_job.MODULE, bad, 2, tmp_path / "bad.json", threads=2)
+        run_on_ranks(bad, 2, tmp_path / "bad.json")
     assert time.perf_counter() - t0 < 120
     assert not (tmp_path / "bad.parquet").exists()
 
@@ -154,10 +163,10 @@ def test_two_ranks_score_the_finetuned_model_on_the_benchmark_suite(study_files,
     }
     cfg = dataclasses.replace(CFG, epochs=1, max_steps=2, activation_checkpointing=False)
     kwargs = dict(lambda_reg=0.0, task="book", bench_cfg=bench)
-    single = pd.DataFrame(finetune_job.run(job(study_files, tmp_path, cfg, "single", **kwargs), "cpu"))
+    single = pd.DataFrame(run_in_process(job(study_files, tmp_path, cfg, "single", **kwargs)))
     sharded = job(study_files, tmp_path, cfg, "sharded", **kwargs)
-    run_on_ranks(finetune_job.MODULE, sharded, 2, tmp_path / "job.json", threads=2)
-    two = pd.read_parquet(sharded["outputs"]["metrics"])
+    run_on_ranks(sharded, 2, tmp_path / "job.json")
+    two = pd.read_parquet(sharded.metrics_path)
     acc = [
         df[(df["eval_data"] == "benchmark:copa") & (df["metric"] == "acc")]["value"].tolist()
         for df in (single, two)
@@ -204,9 +213,9 @@ def test_two_ranks_write_the_responses_of_one_process(study_files, tmp_path, mob
         }
 
     kwargs = dict(lambda_reg=0.0, task="book")
-    finetune_job.run(job(study_files, tmp_path, cfg, "single", generation=gen("single"), **kwargs), "cpu")
+    run_in_process(job(study_files, tmp_path, cfg, "single", generation=gen("single"), **kwargs))
     sharded = job(study_files, tmp_path, cfg, "sharded", generation=gen("sharded"), **kwargs)
-    run_on_ranks(finetune_job.MODULE, sharded, 2, tmp_path / "job.json", threads=2)
+    run_on_ranks(sharded, 2, tmp_path / "job.json")
     one, two = (pd.read_parquet(tmp_path / f"{n}.generations.parquet") for n in ("single", "sharded"))
     assert two["instruction"].tolist() == sentences and (two["modification"] == "sft").all()
     assert two["output"].tolist() == one["output"].tolist() and (two["n_tokens"] > 0).any()

@@ -20,6 +20,7 @@ from pipeline.io import write_parquet
 from pipeline.models.build import build_model
 from pipeline.tables import metrics_frame
 from pipeline.train.finetune import FinetuneConfig, finetune_run, task_base_rows
+from pipeline.train.finetune_job import FinetuneJob
 from pipeline.train.loop import IGNORE_INDEX
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,23 +32,30 @@ CFG = FinetuneConfig(
 )
 
 
-def run(files, task, lr=3e-3, lam=0.0, seed=0, cfg=CFG, state=None, **kw):
+def finetune_job(files, task, lr=3e-3, lam=0.0, seed=0, cfg=CFG, state=None, **kw) -> FinetuneJob:
+    """The job record of a fine-tuning run on the test study (`study_files`)."""
     state = state or files["dir"] / f"state-{task}-{lr}-{lam}-{seed}"
-    return finetune_run(
-        files["spec"],
-        files["ckpt"],
-        files["dir"] / f"{task}.parquet",
-        task,
-        files["corpus"],
-        EVAL,
-        cfg,
-        lr,
-        lam,
-        seed,
-        "t",
-        state,
+    return FinetuneJob(
+        spec=files["spec"],
+        cfg=cfg,
+        task_name=task,
+        task_path=str(files["dir"] / f"{task}.parquet"),
+        corpus_path=str(files["corpus"]),
+        eval_cfg=kw.pop("eval_cfg", EVAL),
+        learning_rate=lr,
+        lambda_reg=lam,
+        seed=seed,
+        study="t",
+        state_dir=str(state),
+        metrics_path=str(Path(state).with_suffix(".parquet")),
+        path=str(files["ckpt"]),
+        device="cpu",
         **kw,
     )
+
+
+def run(files, task, lr=3e-3, lam=0.0, seed=0, cfg=CFG, state=None, after=None, **kw):
+    return finetune_run(finetune_job(files, task, lr, lam, seed, cfg, state, **kw), after=after)
 
 
 def frame(rows) -> pd.DataFrame:
@@ -161,7 +169,7 @@ def test_proximal_term_keeps_the_model_closer(study_files):
 def test_same_seed_same_numbers_and_resume_after_kill(study_files, tmp_path):
     whole = frame(run(study_files, "mr", seed=1, state=tmp_path / "a"))
     assert run(study_files, "mr", seed=1, state=tmp_path / "b", stop_after=17) == []
-    assert (tmp_path / "b" / "train.pt").exists() or (tmp_path / "b" / "best.pt").exists()
+    assert (tmp_path / "b" / "train").is_dir()  # the resume state (pipeline/train/resume.py)
     resumed = frame(run(study_files, "mr", seed=1, state=tmp_path / "b"))
     cols = ["eval_data", "split", "metric", "value"]
     pd.testing.assert_frame_equal(whole[cols], resumed[cols])

@@ -45,6 +45,7 @@ CASES = [
     ),
     ({"curvature.lambdas_wide": [1.0, 2.0]}, "curvature.lambdas_wide: a λ grid must contain 0"),
     ({"finetune.ranks": 3}, "finetune.batch_size 8 cannot be split evenly over finetune.ranks 3"),
+    ({"finetune.ranks": 2}, "curvature.enabled with finetune.ranks 2: the curvature stage's line"),
     (
         {"device": "cuda", "finetune.ranks": 4, "gpu.per_node": 2},
         "finetune.ranks 4 is more GPUs than a node has",

@@ -1,0 +1,137 @@
+"""Where a job's model lives: whole in this process (`Whole`), or sharded over the job's ranks with
+FSDP2 (`Sharded`). The one place the two differ: the training loop, early stopping and the
+fine-tuning job ask the placement, never "is this sharded?". The choice is made where a job
+starts: in the rule's own process (`Whole`), or under torchrun (`Sharded`, any rank count).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+
+from pipeline.ranks import SINGLE, Ranks
+
+if TYPE_CHECKING:
+    from pipeline.models.checkpoints import CheckpointSpec
+
+
+@dataclass(frozen=True)
+class Whole:
+    """The whole model in this one process."""
+
+    ranks: Ranks = SINGLE
+    # a micro-batch that scores nothing is skipped (sharded ranks must run it: they gather together)
+    keeps_unscored: ClassVar[bool] = False
+    # code that needs the whole model in one process after training (the curvature line) can run
+    holds_whole_model: ClassVar[bool] = True
+
+    def load(self, spec: CheckpointSpec, path: str | None, device: str, precision: str, recompute: bool):
+        """(model, tokenizer) in float32 (master) weights on `device` (AdamW on bf16 weights loses
+        small updates); `recompute`: activation checkpointing per decoder layer."""
+        from pipeline.models.checkpoints import load_checkpoint
+
+        model, tokenizer, _, _ = load_checkpoint(spec, path, device, dtype=torch.float32)
+        _recompute(model, recompute)
+        return model, tokenizer
+
+    def compute(self, precision: str, device: torch.device):
+        """The context of a forward pass: bf16 autocast for bf16-mixed."""
+        from pipeline.train.precision import compute_context
+
+        return compute_context(precision, device)
+
+    def prepare_output(self, model: torch.nn.Module, precision: str) -> None:
+        """Logits in float32 for a model trained through `model(...).logits` (no fused head)."""
+        from pipeline.models.losses import fused_head
+        from pipeline.train.precision import fp32_output_layer
+
+        if fused_head(model) is None and precision != "fp32":
+            fp32_output_layer(model)
+
+    def local(self, t: torch.Tensor) -> torch.Tensor:
+        """This process's part of a parameter: all of it."""
+        return t
+
+    def settle(self, model: torch.nn.Module) -> None:
+        """After a forward without backward (an evaluation): nothing to free."""
+
+    @contextlib.contextmanager
+    def whole(self, model: torch.nn.Module, dtype: torch.dtype) -> Iterator[torch.nn.Module]:
+        """The model whole in `dtype`, in eval mode: itself when it already is that, else a copy."""
+        if next(model.parameters()).dtype == dtype:
+            yield model.eval()
+            return
+        from pipeline.train.distributed import full_copy
+
+        with _released(full_copy(model, dtype)) as copy:
+            yield copy
+
+
+@dataclass(frozen=True)
+class Sharded(Whole):
+    """Parameters, gradients and optimizer state sharded over `ranks` with FSDP2 (a process group
+    of any size, started by torchrun: pipeline/train/distributed.py)."""
+
+    keeps_unscored: ClassVar[bool] = True
+    holds_whole_model: ClassVar[bool] = False
+
+    def load(self, spec: CheckpointSpec, path: str | None, device: str, precision: str, recompute: bool):
+        """(model, tokenizer) sharded, the checkpoint read once (by rank 0) for the whole job."""
+        from pipeline.train.distributed import load_into_shards, shard_model
+
+        def prepare(model: torch.nn.Module) -> None:
+            _recompute(model, recompute)
+            shard_model(model, precision)
+
+        return load_into_shards(spec, path, device, self.ranks, prepare)
+
+    def compute(self, precision: str, device: torch.device):
+        """Nothing: FSDP2's MixedPrecisionPolicy casts the parameters itself."""
+        return contextlib.nullcontext()
+
+    def prepare_output(self, model: torch.nn.Module, precision: str) -> None:
+        """Nothing: the output layer has its own float32 FSDP2 policy (shard_model)."""
+
+    def local(self, t: torch.Tensor) -> torch.Tensor:
+        from pipeline.train.distributed import local
+
+        return local(t)
+
+    def settle(self, model: torch.nn.Module) -> None:
+        """Free the layers FSDP2 gathered for a forward without backward."""
+        from pipeline.train.distributed import reshard
+
+        reshard(model)
+
+    @contextlib.contextmanager
+    def whole(self, model: torch.nn.Module, dtype: torch.dtype) -> Iterator[torch.nn.Module]:
+        """A whole copy in `dtype` on every rank, gathered one tensor at a time (a collective)."""
+        from pipeline.train.distributed import full_copy
+
+        with _released(full_copy(model, dtype)) as copy:
+            yield copy
+
+
+WHOLE = Whole()
+
+
+def _recompute(model: torch.nn.Module, recompute: bool) -> None:
+    if recompute:
+        from pipeline.train.recompute import enable_activation_checkpointing
+
+        enable_activation_checkpointing(model)
+
+
+@contextlib.contextmanager
+def _released(copy: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """`copy`, its memory given back afterwards."""
+    try:
+        yield copy
+    finally:
+        del copy
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
