@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import importlib
 import logging
 import os
 import re
@@ -38,9 +39,33 @@ def _olmo(names: Iterable[str]) -> tuple[tuple[str, int], ...]:
     return tuple((n, parse_tokens(n)) for n in names)
 
 
+def _amber(names: Iterable[str]) -> tuple[tuple[str, int], ...]:
+    return tuple((n, amber_tokens(n)) for n in names)
+
+
+# LLM360/Amber has 360 revisions, ckpt_000 ... ckpt_359 (its model card, huggingface.co/LLM360/Amber),
+# one per data chunk of LLM360's amber-train: 360 chunks of 1,706,976 sequences of 2,049 tokens
+# (huggingface.co/datasets/LLM360/AmberDatasets), 1,259.13B tokens in all as the card says. ckpt_N
+# has seen N + 1 chunks.
+AMBER_CHECKPOINTS = 360
+AMBER_CHUNK_TOKENS = 1_706_976 * 2_049
+AMBER_REVISION = re.compile(r"ckpt_(\d{3})")
+
+
+def amber_tokens(revision: str) -> int:
+    """Pre-training tokens of Amber revision `ckpt_NNN`: N + 1 data chunks (Amber names carry no count)."""
+    m = AMBER_REVISION.fullmatch(revision)
+    if m is None or int(m.group(1)) >= AMBER_CHECKPOINTS:
+        raise HubRevisionError(
+            f"LLM360/Amber revision {revision!r}: expected ckpt_000 ... ckpt_{AMBER_CHECKPOINTS - 1:03d}"
+        )
+    return (int(m.group(1)) + 1) * AMBER_CHUNK_TOKENS
+
+
 # Table 1 of the paper. OLMo revisions carry their token count in the name (`-tokens41B`); the
-# table's "Token Budget" column is that count rounded to 0.1T. Amber's revisions do not, so its
-# counts are the table's (two significant digits).
+# table's "Token Budget" column is that count rounded to 0.1T. Amber's revisions do not: their counts
+# follow from the chunk rule above (amber_tokens). Table 1's Amber counts are 12-16% below these, and
+# its last revision, ckpt_410, does not exist: the preset has ckpt_359, the last one (docs/checkpoints.md).
 HUB_PRESETS: dict[str, HubPreset] = {}
 
 
@@ -91,15 +116,8 @@ def _register() -> None:
     HUB_PRESETS["amber"] = HubPreset(
         "LLM360/Amber",
         6_740_000_000,
-        (
-            ("ckpt_040", 120_000_000_000),
-            ("ckpt_102", 310_000_000_000),
-            ("ckpt_244", 750_000_000_000),
-            ("ckpt_306", 940_000_000_000),
-            ("ckpt_358", 1_100_000_000_000),
-            ("ckpt_410", 1_300_000_000_000),
-        ),
-        "LLM360-Amber 7B (Liu et al., 2023), Table 1 (token counts as the table rounds them)",
+        _amber(["ckpt_040", "ckpt_102", "ckpt_244", "ckpt_306", "ckpt_358", "ckpt_359"]),
+        "LLM360-Amber 7B (Liu et al., 2023), Table 1 (ckpt_359 for its ckpt_410; tokens by data chunk)",
         ModelShape(
             layers=32, hidden=4096, intermediate=11008, heads=32, kv_heads=32, vocab=32000, context=2048
         ),
@@ -401,10 +419,21 @@ def _endpoint(endpoint: str | None) -> str:
     return constants.ENDPOINT.rstrip("/")
 
 
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """A failed connection, as raised by huggingface_hub's HTTP client: httpx2 (huggingface_hub 2)
+    or httpx (1.x, e.g. a GPU image's own), whichever is installed."""
+    errors = []
+    for client in ("httpx2", "httpx"):
+        try:
+            errors.append(importlib.import_module(client).TransportError)
+        except ImportError:
+            pass
+    return tuple(errors)
+
+
 def _hub_refs(model_id, cache, endpoint, timeout, revisions, cached) -> dict[str, str] | None:
     """{branch or tag: commit} of a hub repository; None when the hub is unreachable but every
     revision is cached."""
-    import httpx2
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
@@ -427,7 +456,7 @@ def _hub_refs(model_id, cache, endpoint, timeout, revisions, cached) -> dict[str
             f"model id {model_id!r} does not exist on the hub at {_endpoint(endpoint)} "
             "(or is private: log in with `hf auth login` or set HF_TOKEN)"
         ) from None
-    except (httpx2.TransportError, OfflineModeIsEnabled, HfHubHTTPError, OSError) as err:
+    except (*_transport_errors(), OfflineModeIsEnabled, HfHubHTTPError, OSError) as err:
         if all(cached[r] for r in revisions):
             log.warning(
                 "cannot reach the hub at %s (%s): using the cached revisions of %s",

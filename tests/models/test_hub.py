@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -29,6 +30,7 @@ from pipeline.models.hub import (
     DEFAULT_HUB_PARAMS,
     HUB_PRESETS,
     HubRevisionError,
+    amber_tokens,
     cached_commit,
     check_hub_checkpoints,
     check_hub_revisions,
@@ -98,10 +100,12 @@ def test_table1_presets():
     assert olmo2.revisions[-1] == ("stage1-step928646-tokens3896B", 3_896_000_000_000)
     amber = HUB_PRESETS["amber"]
     assert amber.model_id == "LLM360/Amber"
-    assert dict(amber.revisions) == {
-        "ckpt_040": 0.12e12, "ckpt_102": 0.31e12, "ckpt_244": 0.75e12,
-        "ckpt_306": 0.94e12, "ckpt_358": 1.1e12, "ckpt_410": 1.3e12,
-    }  # fmt: skip
+    assert [r for r, _ in amber.revisions] == [
+        "ckpt_040", "ckpt_102", "ckpt_244", "ckpt_306", "ckpt_358", "ckpt_359",
+    ]  # fmt: skip
+    # Table 1's Amber column is 12-16% below the tokens seen; its ckpt_410 does not exist (ckpt_359 here)
+    for (_, tokens), t in zip(amber.revisions, [0.12e12, 0.31e12, 0.75e12, 0.94e12, 1.1e12]):
+        assert 0.12 <= 1 - t / tokens <= 0.165, (tokens, t)
     table_column = {"olmo-1b": [0.04, 0.5, 1.5, 1.9, 2.4, 3.1], "olmo-2-7b": [0.08, 0.5, 1.9, 2.5, 3.1, 3.9]}
     for name, column in table_column.items():
         for (_, tokens), t in zip(HUB_PRESETS[name].revisions, column):
@@ -114,6 +118,58 @@ def test_table1_presets():
         7_300_000_000,
         6_740_000_000,
     )
+
+
+# Each preset's family names its hub revisions by one rule: a preset revision the rule rejects cannot
+# exist on the hub (checked here offline; online, `check_hub_revisions` asks the hub at start-up).
+FAMILY_RULES = {
+    "allenai/OLMo-1B-hf": re.compile(r"step(\d+)-tokens(\d+)B"),
+    "allenai/OLMo-2-1124-7B": re.compile(r"stage1-step(\d+)-tokens(\d+)B"),
+    "LLM360/Amber": re.compile(r"ckpt_(\d{3})"),
+    "HuggingFaceTB/SmolLM2-135M-Instruct": re.compile(r"main"),
+}
+# OLMo-1B: 2048 sequences x 2048 tokens per step (Groeneveld et al., 2024); OLMo-2-7B: 1024 x 4096
+# (OLMo et al., 2024). A name's count is that product, rounded down or up to whole billions.
+OLMO_TOKENS_PER_STEP = 4_194_304
+AMBER_LAST, AMBER_CHUNK = 359, 1_706_976 * 2_049  # ckpt_000 ... ckpt_359; sequences x tokens per chunk
+
+
+def test_preset_revisions_follow_their_familys_naming_rule():
+    """Every preset revision matches its family's rule, and its token count is the one the rule gives:
+    OLMo the number in the name (consistent with its step), Amber (N + 1) chunks of ckpt_N, N <= 359."""
+    assert {p.model_id for p in HUB_PRESETS.values()} == set(FAMILY_RULES)
+    for name, preset in HUB_PRESETS.items():
+        rule = FAMILY_RULES[preset.model_id]
+        for revision, tokens in preset.revisions:
+            m = rule.fullmatch(revision)
+            assert m, f"{name}: {revision!r} is not a {preset.model_id} revision ({rule.pattern})"
+            if preset.model_id.startswith("allenai/"):
+                step, billions = int(m.group(1)), int(m.group(2))
+                assert tokens == parse_tokens(revision) == billions * 10**9, revision
+                from_step = pytest.approx(step * OLMO_TOKENS_PER_STEP / 1e9, rel=0.005, abs=1)
+                assert billions == from_step, revision
+            elif preset.model_id == "LLM360/Amber":
+                n = int(m.group(1))
+                assert n <= AMBER_LAST and tokens == (n + 1) * AMBER_CHUNK, revision
+    assert HUB_PRESETS["amber"].revisions[-1] == ("ckpt_359", 1_259_133_776_640)  # the card's 1,259.13B
+
+
+def test_amber_tokens_rejects_revisions_that_do_not_exist():
+    assert amber_tokens("ckpt_000") == AMBER_CHUNK
+    for bad in ("ckpt_360", "ckpt_410", "ckpt_40", "main"):
+        with pytest.raises(
+            HubRevisionError, match=rf"LLM360/Amber revision '{bad}': expected ckpt_000 ... ckpt_359"
+        ):
+            amber_tokens(bad)
+
+
+def test_docs_amber_table_is_the_rule():
+    """docs/checkpoints.md's Table 1 comparison shows the tokens amber_tokens gives, to 0.001T."""
+    text = (ROOT / "docs" / "checkpoints.md").read_text()
+    rows = re.findall(r"^\| (?:`ckpt_\d{3}` → )?`(ckpt_\d{3})` \| [\d.]+T \| ([\d.]+)T \|$", text, re.M)
+    assert {r: float(t) for r, t in rows} == {
+        r: round(t / 1e12, 3) for r, t in HUB_PRESETS["amber"].revisions
+    }
 
 
 def test_parse_tokens_from_revision_names():
@@ -138,16 +194,16 @@ def test_hub_config_presets_subsets_and_names():
     cfg["checkpoints"]["hub"] = {
         "preset": "amber",
         "revisions": [
-            "ckpt_410",
+            "ckpt_359",
             {"revision": "ckpt_040"},
-            {"revision": "ckpt_359", "tokens": 1_250_000_000_000},
+            {"revision": "ckpt_200", "tokens": 700_000_000_000},
         ],
     }
     specs = study_checkpoints(cfg)
     assert [(s.revision, s.tokens) for s in specs] == [
-        ("ckpt_410", 1_300_000_000_000),
-        ("ckpt_040", 120_000_000_000),
-        ("ckpt_359", 1_250_000_000_000),
+        ("ckpt_359", 1_259_133_776_640),
+        ("ckpt_040", 143_401_346_784),
+        ("ckpt_200", 700_000_000_000),
     ]
 
     # no preset: tokens from the name, or given; a revision name is made path-safe
