@@ -1,17 +1,20 @@
-"""The `theory` config section: checked, with its spectra built."""
+"""The `theory` config section: checked, with its spectra built.
+
+`check_config` is plain Python (no numpy), so the workflow runs it at start-up
+(pipeline/workflow/config.py) and a bad key stops the run before any job, with the message the
+theory job would give; `validate_config` turns its values into the arrays the stage runs on.
+"""
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-import numpy as np
-
-from pipeline.theory.spectra import make_spectrum
-
 log = logging.getLogger(__name__)
+
+SPECTRUM_KINDS = ("geometric", "power", "values")
 
 
 def _require(cond: bool, msg: str) -> None:
@@ -19,23 +22,75 @@ def _require(cond: bool, msg: str) -> None:
         raise ValueError(msg)
 
 
-def validate_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Check the `theory` config section and build its spectra; errors name the offending key.
+def _positive(value: Any, key: str, what: str = "a finite value > 0") -> float:
+    x = float(value)
+    _require(math.isfinite(x) and x > 0, f"{key}: need {what}, got {x}")
+    return x
+
+
+def _nonnegative_list(values: Any, key: str, symbol: str) -> list[float]:
+    """A non-empty list of finite values >= 0 (γ, λ)."""
+    try:
+        out = [float(v) for v in values]
+    except (TypeError, ValueError):
+        out = []
+    _require(len(out) > 0, f"{key}: need a non-empty list of numbers, got {values!r}")
+    ok = all(math.isfinite(v) and v >= 0 for v in out)
+    _require(ok, f"{key}: {symbol} must be finite and >= 0, got {out}")
+    return out
+
+
+def check_spectrum(sigma: Iterable[float], name: str = "spectrum") -> list[float]:
+    """Singular values must be finite, > 0 and strictly decreasing (the theorems assume it)."""
+    s = [float(x) for x in sigma]
+    _require(len(s) >= 2, f"{name}: need a spectrum with d >= 2 values, got {len(s)}")
+    _require(all(math.isfinite(x) for x in s), f"{name}: spectrum has non-finite values {s}")
+    _require(all(x > 0 for x in s), f"{name}: singular values must be > 0, got {s}")
+    decreasing = all(a > b for a, b in zip(s, s[1:]))
+    _require(decreasing, f"{name}: singular values must be strictly decreasing, got {s}")
+    return s
+
+
+def spectrum_values(spec: Mapping[str, Any], d: int, name: str = "spectrum") -> list[float]:
+    """σ₁ > … > σ_d from a spec, checked.
+
+    {kind: geometric, top, ratio} | {kind: power, top, exponent} | {kind: values, values}.
+    """
+    _require(d >= 2, f"{name}: d must be >= 2, got {d}")
+    kind = spec.get("kind")
+    if kind == "geometric":
+        ratio = float(spec["ratio"])
+        _require(0.0 < ratio < 1.0, f"{name}: geometric ratio must be in (0, 1), got {ratio}")
+        s = [float(spec.get("top", 1.0)) * ratio**i for i in range(d)]
+    elif kind == "power":
+        exponent = float(spec["exponent"])
+        _require(exponent > 0, f"{name}: power exponent must be > 0, got {exponent}")
+        s = [float(spec.get("top", 1.0)) * (i + 1.0) ** -exponent for i in range(d)]
+    elif kind == "values":
+        s = [float(v) for v in spec["values"]]
+        _require(len(s) == d, f"{name}: {len(s)} values given for d = {d}")
+    else:
+        raise ValueError(f"{name}: unknown spectrum kind {kind!r}; expected one of {SPECTRUM_KINDS}")
+    return check_spectrum(s, name)
+
+
+def check_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Check the `theory` config section; its values (spectra as lists). Errors name the offending key.
 
     Only problems that would make the numbers meaningless are errors (d < 2, a spectrum that is not
-    positive and strictly decreasing, γ < 0, λ < 0, …). A learning rate outside Assumption A.8 is
-    allowed (divergence is detected and recorded) but logged.
+    positive and strictly decreasing, γ < 0, λ < 0, …). config/schema.yaml checks each key's type
+    and range first; this adds what a schema cannot say (orderings, cross-key bounds, finiteness).
     """
     d = cfg.get("d")
     _require(
         isinstance(d, int) and not isinstance(d, bool) and d >= 2,
         f"theory.d: need an integer >= 2, got {d!r}",
     )
-    tau, dt, max_time = float(cfg["tau"]), float(cfg["dt"]), float(cfg["max_time"])
-    _require(tau > 0, f"theory.tau: need tau > 0 (small init e^-tau), got {tau}")
+    tau = _positive(cfg["tau"], "theory.tau", "a finite tau > 0 (small init e^-tau)")
+    dt, max_time = float(cfg["dt"]), float(cfg["max_time"])
     _require(
-        dt > 0 and max_time > dt,
-        f"theory.dt / theory.max_time: need 0 < dt < max_time, got dt = {dt}, max_time = {max_time}",
+        0 < dt < max_time < math.inf,
+        f"theory.dt / theory.max_time: need 0 < dt < max_time < inf, got dt = {dt}, max_time = {max_time}",
     )
     seeds = list(cfg["seeds"])
     ok = len(seeds) > 0 and all(isinstance(s, int) and s >= 0 for s in seeds)
@@ -43,8 +98,8 @@ def validate_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     _require(len(set(seeds)) == len(seeds), f"theory.seeds: duplicates in {seeds}")
     spectra_cfg = cfg["spectra"]
     _require(len(spectra_cfg) > 0, "theory.spectra: need at least one pre-training spectrum")
-    spectra = {name: make_spectrum(spec, d, f"theory.spectra.{name}") for name, spec in spectra_cfg.items()}
-    top = max(float(s[0]) for s in spectra.values())
+    spectra = {name: spectrum_values(spec, d, f"theory.spectra.{name}") for name, spec in spectra_cfg.items()}
+    top = max(s[0] for s in spectra.values())
     # The flow's fastest rate is ~8σ₁ (Hessian at the learned top feature); RK4 needs dt·8σ₁ well inside its
     # stability region (2.8) to be accurate, the check of the logistic solution shows ~1e-4 at dt·8σ₁ = 0.8.
     _require(
@@ -54,32 +109,23 @@ def validate_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     )
 
     pert = cfg["perturbation"]
-    gammas = np.asarray(pert["gammas"], dtype=np.float64)
-    _require(gammas.ndim == 1 and gammas.size > 0, "theory.perturbation.gammas: need a non-empty list")
-    ok = bool(np.all(gammas >= 0)) and bool(np.all(np.isfinite(gammas)))
-    _require(ok, f"theory.perturbation.gammas: gamma must be finite and >= 0, got {gammas.tolist()}")
+    gammas = _nonnegative_list(pert["gammas"], "theory.perturbation.gammas", "gamma")
     mc = int(pert["mc_samples"])
     _require(mc >= 2, f"theory.perturbation.mc_samples: need >= 2, got {mc}")
 
     ft = cfg["finetune"]
-    lambdas = np.asarray(ft["lambdas"], dtype=np.float64)
-    _require(lambdas.ndim == 1 and lambdas.size > 0, "theory.finetune.lambdas: need a non-empty list")
-    ok = bool(np.all(lambdas >= 0)) and bool(np.all(np.isfinite(lambdas)))
-    _require(ok, f"theory.finetune.lambdas: lambda must be finite and >= 0, got {lambdas.tolist()}")
+    lambdas = _nonnegative_list(ft["lambdas"], "theory.finetune.lambdas", "lambda")
     _require(
-        bool(np.all(np.diff(lambdas) > 0)),
-        f"theory.finetune.lambdas: need a strictly increasing list, got {lambdas.tolist()}",
+        all(a < b for a, b in zip(lambdas, lambdas[1:])),
+        f"theory.finetune.lambdas: need a strictly increasing list, got {lambdas}",
     )
-    eta, steps = float(ft["learning_rate"]), int(ft["steps"])
-    _require(
-        eta > 0 and math.isfinite(eta), f"theory.finetune.learning_rate: need a finite value > 0, got {eta}"
-    )
+    eta = _positive(ft["learning_rate"], "theory.finetune.learning_rate")
+    steps = int(ft["steps"])
     _require(steps >= 1, f"theory.finetune.steps: need >= 1, got {steps}")
     m = ft.get("batch_size")
     ok = m is None or (isinstance(m, int) and not isinstance(m, bool) and m >= 1)
     _require(ok, f"theory.finetune.batch_size: need an integer >= 1 or null (population gradient), got {m!r}")
-    alpha = float(ft["alpha"])
-    _require(alpha > 0, f"theory.finetune.alpha: need alpha > 0, got {alpha}")
+    alpha = _positive(ft["alpha"], "theory.finetune.alpha", "a finite alpha > 0")
     tasks = {}
     for name, task in ft["tasks"].items():
         pre = task["pretrain"]
@@ -87,19 +133,8 @@ def validate_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
             pre in spectra,
             f"theory.finetune.tasks.{name}.pretrain: {pre!r} is not one of theory.spectra {list(spectra)}",
         )
-        tasks[name] = {
-            "pretrain": pre,
-            "sigma_ft": make_spectrum(task["spectrum"], d, f"theory.finetune.tasks.{name}.spectrum"),
-        }
-        gamma_bound = max(float(spectra[pre][0]), float(tasks[name]["sigma_ft"][0]))  # Γ of eq. (12)
-        a8 = 4 * eta * (float(lambdas.max()) + 2) * gamma_bound
-        if a8 >= 1:
-            log.warning(
-                "theory.finetune: 4*eta*(lambda+2)*Gamma = %.3g >= 1 for task %s: Assumption A.8 fails, "
-                "GD may diverge (detected and recorded)",
-                a8,
-                name,
-            )
+        sigma_ft = spectrum_values(task["spectrum"], d, f"theory.finetune.tasks.{name}.spectrum")
+        tasks[name] = {"pretrain": pre, "sigma_ft": sigma_ft}
     return {
         "d": d,
         "tau": tau,
@@ -114,5 +149,37 @@ def validate_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "steps": steps,
         "batch_size": m,
         "alpha": alpha,
+        "tasks": tasks,
+    }
+
+
+def validate_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The checked section (check_config) with float64 arrays for spectra, γ and λ: the stage's input.
+
+    A learning rate outside Assumption A.8 is allowed (divergence is detected and recorded) but logged.
+    """
+    import numpy as np
+
+    c = check_config(cfg)
+    spectra = {name: np.asarray(s, dtype=np.float64) for name, s in c["spectra"].items()}
+    tasks = {
+        name: {"pretrain": t["pretrain"], "sigma_ft": np.asarray(t["sigma_ft"], dtype=np.float64)}
+        for name, t in c["tasks"].items()
+    }
+    for name, t in c["tasks"].items():
+        gamma_bound = max(c["spectra"][t["pretrain"]][0], t["sigma_ft"][0])  # Γ of eq. (12)
+        a8 = 4 * c["eta"] * (max(c["lambdas"]) + 2) * gamma_bound
+        if a8 >= 1:
+            log.warning(
+                "theory.finetune: 4*eta*(lambda+2)*Gamma = %.3g >= 1 for task %s: Assumption A.8 fails, "
+                "GD may diverge (detected and recorded)",
+                a8,
+                name,
+            )
+    return {
+        **c,
+        "spectra": spectra,
+        "gammas": np.asarray(c["gammas"], dtype=np.float64),
+        "lambdas": np.asarray(c["lambdas"], dtype=np.float64),
         "tasks": tasks,
     }

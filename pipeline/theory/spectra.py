@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from pipeline.theory.config import spectrum_values
+
 Array = np.ndarray
-SPECTRUM_KINDS = ("geometric", "power", "values")
 
 
 def mT(x: Array) -> Array:
@@ -16,46 +17,9 @@ def mT(x: Array) -> Array:
     return np.swapaxes(x, -1, -2)
 
 
-def validate_spectrum(sigma: Iterable[float], name: str = "spectrum") -> Array:
-    """Singular values must be finite, > 0 and strictly decreasing (the theorems assume it)."""
-    s = np.asarray(list(sigma), dtype=np.float64)
-    if s.ndim != 1 or s.size < 2:
-        raise ValueError(f"{name}: need a 1-D spectrum with d >= 2 values, got shape {s.shape}")
-    if not np.all(np.isfinite(s)):
-        raise ValueError(f"{name}: spectrum has non-finite values {s.tolist()}")
-    if np.any(s <= 0):
-        raise ValueError(f"{name}: singular values must be > 0, got {s.tolist()}")
-    if np.any(np.diff(s) >= 0):
-        raise ValueError(f"{name}: singular values must be strictly decreasing, got {s.tolist()}")
-    return s
-
-
 def make_spectrum(spec: Mapping[str, Any], d: int, name: str = "spectrum") -> Array:
-    """σ₁ > … > σ_d from a spec.
-
-    {kind: geometric, top, ratio} | {kind: power, top, exponent} | {kind: values, values}.
-    """
-    if d < 2:
-        raise ValueError(f"{name}: d must be >= 2, got {d}")
-    kind = spec.get("kind")
-    i = np.arange(d, dtype=np.float64)
-    if kind == "geometric":
-        ratio = float(spec["ratio"])
-        if not 0.0 < ratio < 1.0:
-            raise ValueError(f"{name}: geometric ratio must be in (0, 1), got {ratio}")
-        s = float(spec.get("top", 1.0)) * ratio**i
-    elif kind == "power":
-        exponent = float(spec["exponent"])
-        if exponent <= 0:
-            raise ValueError(f"{name}: power exponent must be > 0, got {exponent}")
-        s = float(spec.get("top", 1.0)) * (i + 1.0) ** (-exponent)
-    elif kind == "values":
-        s = np.asarray(spec["values"], dtype=np.float64)
-        if s.shape != (d,):
-            raise ValueError(f"{name}: {s.size} values given for d = {d}")
-    else:
-        raise ValueError(f"{name}: unknown spectrum kind {kind!r}; expected one of {SPECTRUM_KINDS}")
-    return validate_spectrum(s, name)
+    """σ₁ > … > σ_d from a spec as a float64 array (config.spectrum_values: the kinds and checks)."""
+    return np.asarray(spectrum_values(spec, d, name), dtype=np.float64)
 
 
 def misalignment_r(sigma_pre: Array, sigma_ft: Array, alpha: float) -> int:

@@ -25,6 +25,7 @@ from pipeline.models.presets import finetune_lr_grid, format_hparam, steps_for_b
 from pipeline.sweeps.lr_search import LRSearch, SearchError
 from pipeline.sweeps.lr_search import exhaustive as search_exhaustive
 from pipeline.sweeps.lr_search import from_config as search_from_config
+from pipeline.theory.config import check_config as check_theory
 from pipeline.train.config import FinetuneConfig, PretrainConfig, hyperparameters
 
 MAX_ERRORS = 10  # schema errors reported at once
@@ -245,6 +246,8 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
             FinetuneConfig(**hyperparameters(FinetuneConfig, finetune_section(config)))
         if curvature_enabled(config):
             CurvatureConfig(**hyperparameters(CurvatureConfig, curvature_section(config)))
+        if config.get("theory"):  # enabled or not: its job can still be asked for by its output
+            check_theory(config["theory"])
     except (ValueError, KeyError) as err:
         raise ConfigError(f"invalid config: {err}") from None
     for spec in specs:

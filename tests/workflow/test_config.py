@@ -1,5 +1,6 @@
 """Bad input: every config error names the key and what was expected, before any job starts."""
 
+import math
 import re
 import subprocess
 import sys
@@ -59,6 +60,11 @@ CASES = [
     (
         {"alpaca_eval.enabled": True, "alpaca_eval.reference.learning_rate": 3e-5},
         "alpaca_eval.reference.learning_rate: 3e-05 is not in the study's grid",
+    ),
+    # a theory key the schema cannot check, checked at start-up (theory disabled in the smoke study)
+    (
+        {"theory.spectra.x": {"kind": "values", "values": [1, 2, 3, 4, 5, 6, 7, 8]}},
+        "theory.spectra.x: singular values must be strictly decreasing",
     ),
 ]
 
@@ -126,6 +132,69 @@ def test_bad_judge_config_is_rejected_at_parse_time(change, needle):
     with pytest.raises(ConfigError) as err:
         check_config(cfg, check_benchmark_tasks=False)
     assert needle in str(err.value)
+
+
+# every theory key is checked before any job starts: what config/schema.yaml cannot say is checked by
+# the theory job's own check (pipeline/theory/config.py check_config), run by check_config at parse time
+DECREASING = [1.0, 0.5, 0.3, 0.2, 0.1, 0.05, 0.02, 0.01]  # d = 8 values (config.yaml's theory.d)
+THEORY_CASES = [
+    (
+        {"theory.spectra.x": {"kind": "values", "values": [1, 2, 3]}},
+        "theory.spectra.x: 3 values given for d = 8",
+    ),
+    (
+        {"theory.spectra.x": {"kind": "values", "values": [math.inf, *DECREASING[1:]]}},
+        "theory.spectra.x: spectrum has non-finite values",
+    ),
+    (
+        {"theory.spectra.g": {"kind": "geometric", "ratio": 1e-200}},
+        "theory.spectra.g: singular values must be > 0",
+    ),
+    (
+        {
+            "theory.finetune.tasks": {
+                "ft": {"pretrain": "power-2", "spectrum": {"kind": "values", "values": DECREASING[::-1]}}
+            }
+        },
+        "theory.finetune.tasks.ft.spectrum: singular values must be strictly decreasing",
+    ),
+    (
+        {
+            "theory.finetune.tasks": {
+                "ft": {"pretrain": "nope", "spectrum": {"kind": "geometric", "ratio": 0.5}}
+            }
+        },
+        "theory.finetune.tasks.ft.pretrain: 'nope' is not one of theory.spectra",
+    ),
+    ({"theory.max_time": 0.01}, "theory.dt / theory.max_time: need 0 < dt < max_time < inf"),
+    ({"theory.max_time": math.inf}, "theory.dt / theory.max_time: need 0 < dt < max_time < inf"),
+    ({"theory.dt": 0.5}, "theory.dt: dt = 0.5 is too large for RK4 on a spectrum with sigma_1 = 1;"),
+    ({"theory.tau": math.inf}, "theory.tau: need a finite tau > 0"),
+    (
+        {"theory.perturbation.gammas": [0.1, math.inf]},
+        "theory.perturbation.gammas: gamma must be finite and >= 0",
+    ),
+    (
+        {"theory.finetune.lambdas": [0.0, 2.0, 1.0]},
+        "theory.finetune.lambdas: need a strictly increasing list",
+    ),
+    ({"theory.finetune.lambdas": [0.0, math.inf]}, "theory.finetune.lambdas: lambda must be finite and >= 0"),
+    ({"theory.finetune.learning_rate": math.inf}, "theory.finetune.learning_rate: need a finite value > 0"),
+    ({"theory.finetune.alpha": math.inf}, "theory.finetune.alpha: need a finite alpha > 0"),
+]
+
+
+@pytest.mark.parametrize("change, needle", THEORY_CASES, ids=[c[1][:40] for c in THEORY_CASES])
+def test_bad_theory_config_is_rejected_at_parse_time(change, needle):
+    """A schema-valid config stops at parse time (theory disabled or not) with one line naming the key."""
+    from pipeline.workflow.config import check_config
+
+    cfg = workflow_config(smoke_config(study="bad-config", **change))
+    validate_config(cfg, load_schema(ROOT / "config" / "schema.yaml"))
+    with pytest.raises(ConfigError) as err:
+        check_config(cfg, check_benchmark_tasks=False)
+    message = str(err.value)
+    assert message.startswith(f"invalid config: {needle}") and "\n" not in message, message
 
 
 def test_empty_split_is_a_clear_error():
