@@ -201,10 +201,3 @@ def _broadcast_into(target: torch.Tensor, ranks: Ranks, device: str) -> None:
         target.to_local().copy_(mine.to_local())
     else:
         target.copy_(whole)
-
-
-def is_sharded(model: torch.nn.Module) -> bool:
-    """Whether `model` is sharded with FSDP2 (`fully_shard`)."""
-    from torch.distributed.fsdp import FSDPModule
-
-    return isinstance(model, FSDPModule)

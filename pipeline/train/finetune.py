@@ -311,7 +311,9 @@ def evaluate_run(
         eval_cfg.get("max_tokens"),
     )
     with run.compute:
-        pre = eval_perplexity(model, pretrain_data, batch_size=eval_cfg["batch_size"])
+        pre = eval_perplexity(
+            model, pretrain_data, batch_size=eval_cfg["batch_size"], threaded=placement.threaded_forward
+        )
         ident = {
             s: eval_task(model, data, tokenizer.pad_token_id, cfg.eval_batch_size)
             for s, data in run.evals.items()
