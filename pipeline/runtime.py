@@ -8,7 +8,9 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,14 +24,18 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # what a job's child processes (the ranks of a sharded job) inherit to log like the job itself: the
 # main log as a /proc path (torchrun closes inherited descriptors) and the job's label
 TERMINAL_ENV, LABEL_ENV = "OVERTRAIN_TERMINAL", "OVERTRAIN_JOB_LABEL"
+# the exit status of a job stopped by Ctrl-C (128 + SIGINT, what a shell reports), and its one line
+INTERRUPTED_EXIT = 130
+INTERRUPTED = "interrupted (Ctrl-C): rerun snakemake to resume"
 
 
 class _OwnRecords(logging.Filter):
-    """Records of the `pipeline` logger tree at INFO and up: what the main log shows of a job."""
+    """Records of the `pipeline` logger tree at INFO and up: what the main log shows of a job
+    (except records logged with extra={"terminal": False})."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         own = record.name == "pipeline" or record.name.startswith("pipeline.")
-        return own and record.levelno >= logging.INFO
+        return own and record.levelno >= logging.INFO and getattr(record, "terminal", True)
 
 
 def _job_label(log_file: Path) -> str:
@@ -52,6 +58,8 @@ def setup_logging(log_file: str | Path | None = None, level: int = logging.INFO)
         logging.basicConfig(level=level, format=FORMAT, handlers=handlers, force=True)
         logging.captureWarnings(True)
         return
+    global _early_log
+    _early_log = None
     log_file = Path(log_file)
     log_file.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
@@ -68,12 +76,92 @@ def setup_logging(log_file: str | Path | None = None, level: int = logging.INFO)
         os.environ[TERMINAL_ENV] = f"/proc/{os.getpid()}/fd/{terminal.fileno()}"
     os.environ[LABEL_ENV] = _job_label(log_file)
     _log_to(terminal, _job_label(log_file), level)
-    sys.excepthook = _log_uncaught
+    _handle_uncaught(interrupt_to_terminal=True)
 
 
-def _log_uncaught(kind, value, tb) -> None:
-    """The traceback of a failing job, once in its log and once in the main log."""
-    logging.getLogger("pipeline").critical("uncaught exception", exc_info=(kind, value, tb))
+# set by the SIGINT handler: exceptions raised after a Ctrl-C (a library's own error wrapping the
+# KeyboardInterrupt, a rank's collective failing as its peer stops) are the interruption too
+_interrupted = False
+# a rule script's log file between its first import of `pipeline` and its setup_logging
+_early_log: Path | None = None
+
+
+def handle_rule_script_interrupts(log_file: str | Path) -> None:
+    """A rule script's Ctrl-C while it still imports (torch, transformers: seconds), before its
+    setup_logging: one line too, on stderr and appended to its log file. Called by
+    pipeline/__init__.py in the process of Snakemake's `script:` directive."""
+    global _early_log
+    _early_log = Path(log_file)
+    _handle_uncaught(interrupt_to_terminal=True)
+
+
+def _on_sigint(signum, frame) -> None:
+    """Python's own SIGINT handler (raise KeyboardInterrupt), noting that it ran."""
+    global _interrupted
+    _interrupted = True
+    signal.default_int_handler(signum, frame)
+
+
+def _handle_uncaught(interrupt_to_terminal: bool) -> None:
+    """Uncaught exceptions through `_log_uncaught`; a Ctrl-C (SIGINT: Snakemake's process group
+    gets it from the terminal) noted, unless SIGINT is ignored or someone else's handler has it."""
+    sys.excepthook = _log_uncaught if interrupt_to_terminal else _log_uncaught_rank
+    try:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _on_sigint)
+    except ValueError:  # not the main thread: signals stay as they are
+        pass
+
+
+def _caused_by_interrupt(value: BaseException | None) -> bool:
+    """A KeyboardInterrupt, or an exception raised while handling one."""
+    seen = set()
+    while value is not None and id(value) not in seen:
+        if isinstance(value, KeyboardInterrupt):
+            return True
+        seen.add(id(value))
+        value = value.__cause__ or value.__context__
+    return False
+
+
+def _log_uncaught(kind, value, tb, interrupt_to_terminal: bool = True) -> None:
+    """The traceback of a failing job, once in its log and once in the main log.
+
+    An interrupted job (Ctrl-C) logs one line instead (INTERRUPTED) and exits at once with status
+    130. By then the KeyboardInterrupt has unwound every `with` and `finally` (temporary outputs
+    removed; resume state as last saved); the explicit exit skips only the interpreter's clean-up,
+    after which Python's own exit status depends on what was imported (status 1 instead of
+    SIGINT once transformers' models are loaded). Before setup_logging (a rule script still
+    importing): Python's own report of an error; the interruption's line written directly.
+    """
+    if not (_interrupted or _caused_by_interrupt(value)):
+        if _early_log is not None:
+            sys.__excepthook__(kind, value, tb)
+        else:
+            logging.getLogger("pipeline").critical("uncaught exception", exc_info=(kind, value, tb))
+        return
+    if _early_log is not None:
+        sys.stderr.write(f"{time.strftime('%H:%M:%S')} [{_job_label(_early_log)}] {INTERRUPTED}\n")
+        try:
+            _early_log.parent.mkdir(parents=True, exist_ok=True)
+            with _early_log.open("a") as f:
+                f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} WARNING pipeline: {INTERRUPTED}\n")
+        except OSError:
+            pass
+    else:
+        logging.getLogger("pipeline").warning(INTERRUPTED, extra={"terminal": interrupt_to_terminal})
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(INTERRUPTED_EXIT)
+
+
+def _log_uncaught_rank(kind, value, tb) -> None:
+    """A rank's `_log_uncaught`: its interruption only in the job's log (the job, torchrun's parent,
+    says it in the main log)."""
+    _log_uncaught(kind, value, tb, interrupt_to_terminal=False)
 
 
 def _log_to(terminal, label: str, level: int, prefix: str = "") -> None:
@@ -100,9 +188,10 @@ def setup_rank_logging(rank: int) -> None:
         )
     except (KeyError, OSError):  # not started by a job's script, or no /proc: the log file only
         logging.basicConfig(level=level, format=f"[rank {rank}] {FORMAT}", force=True)
-        return
-    _log_to(terminal, os.environ.get(LABEL_ENV, "job"), level, prefix="" if rank == 0 else f"[rank {rank}] ")
-    sys.excepthook = _log_uncaught
+    else:
+        prefix = "" if rank == 0 else f"[rank {rank}] "
+        _log_to(terminal, os.environ.get(LABEL_ENV, "job"), level, prefix=prefix)
+    _handle_uncaught(interrupt_to_terminal=False)
 
 
 # glibc mallopt parameters
@@ -171,10 +260,12 @@ def map_cpu_threads(fn: Callable[[T], R], items: Sequence[T], device: torch.devi
         return [fn(x) for x in items]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # per op; restored below
+    pool = ThreadPoolExecutor(workers)
     try:
-        with ThreadPoolExecutor(workers) as pool:
-            return list(pool.map(fn, items))
+        return list(pool.map(fn, items))
     finally:
+        # on an error or a Ctrl-C, the items not started are dropped, not run to the end
+        pool.shutdown(cancel_futures=True)
         torch.set_num_threads(threads)
 
 

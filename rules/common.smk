@@ -49,6 +49,11 @@ wildcard_constraints:
     judge=r"[A-Za-z0-9._-]+",
 
 
+# Under a cluster executor Snakemake exits within a second of Ctrl-C (after cancelling the jobs) or
+# of a run's end, not when its status-check sleep ends (up to 3 minutes; profiles/README.md)
+if workflow.is_main_process:
+    cluster.stop_status_checks_promptly()
+
 CHECKPOINTS = check_config(config, check_benchmark_tasks=workflow.is_main_process)
 if workflow.is_main_process and finetune_enabled(config) and finetune_search(config):
     logger.info(targets.search_bound(config, CHECKPOINTS))  # a dry run shows the search's cost

@@ -1,6 +1,7 @@
 """Jobs and the machines they run on: the resources a job asks for, and the start-up checks of
 the jobs to run (onstart): cluster profile placeholders and GPU requests under the slurm
-executor, hub revisions of the checkpoints the jobs load.
+executor, hub revisions of the checkpoints the jobs load; and a cluster run's prompt exit on
+Ctrl-C (`stop_status_checks_promptly`).
 
 A job here is anything with Snakemake's job attributes (`rule.name`, `wildcards`, `resources`),
 so the checks are tested with plain stand-ins.
@@ -8,6 +9,8 @@ so the checks are tested with plain stand-ins.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable, Iterable
 from functools import cache
 from typing import Any
@@ -170,6 +173,42 @@ def check_cluster_jobs(jobs: Iterable, executor: str | None, device: str, checkp
                 f"--ntasks-per-gpu (a {asked}-GPU job would run as {asked} one-GPU tasks); remove tasks "
                 f"for {name}"
             )
+
+
+STATUS_SLEEP_TICK = 0.5  # seconds: how soon a sleeping status-check thread sees that Snakemake stops
+
+
+def stop_status_checks_promptly() -> bool:
+    """Make Snakemake under a cluster executor exit within a second of Ctrl-C (a workaround).
+
+    Snakemake's remote executors (snakemake-interface-executor-plugins 9.4.0, `RemoteExecutor`)
+    check their jobs' status in a thread that sleeps between checks. On Ctrl-C Snakemake cancels
+    the jobs (the slurm plugin: one `scancel`, at once) and then joins that thread, which ends only
+    when its sleep does. The slurm plugin (2.8.0) lengthens the sleep by 10 s after each check in
+    which no job finished, up to 180 s: a run of long jobs took up to 3 minutes to exit after
+    Ctrl-C (and a finished run, up to the first-check interval after its last job; upstream:
+    snakemake/snakemake-executor-plugin-slurm#252). Here the sleep wakes every STATUS_SLEEP_TICK s and
+    ends as soon as shutdown has begun; how often the status is checked does not change.
+    Called when the Snakefile is read (before the executor exists). Returns whether it applies.
+    """
+    try:
+        from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+    except ImportError:
+        return False
+    if getattr(RemoteExecutor.sleep, "wakes_on_shutdown", False):
+        return True
+    if not isinstance(getattr(RemoteExecutor, "next_seconds_between_status_checks", None), property):
+        return False  # another interface version: leave it as it is
+
+    async def sleep(self) -> None:
+        """RemoteExecutor.sleep (the next interval between status checks), ended by shutdown()."""
+        end = time.monotonic() + self.next_seconds_between_status_checks
+        while getattr(self, "wait", True) and (left := end - time.monotonic()) > 0:
+            await asyncio.sleep(min(left, STATUS_SLEEP_TICK))
+
+    sleep.wakes_on_shutdown = True
+    RemoteExecutor.sleep = sleep
+    return True
 
 
 def check_hub_jobs(jobs: Iterable, checkpoints: Checkpoints) -> None:

@@ -3,6 +3,9 @@ for Snakemake's jobs (rule name, wildcards, resources)."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -17,6 +20,7 @@ from pipeline.workflow.cluster import (
     max_gpus,
     preset_resources,
     requested_gpus,
+    stop_status_checks_promptly,
 )
 
 SWEEP = CheckpointSpec("tiny-1000", "sweep", "tiny", 1000, path="results/s/pretrain/tiny/1000")
@@ -142,3 +146,21 @@ def test_hub_check_covers_only_hub_checkpoints_of_jobs_to_run(monkeypatch):
     check_hub_jobs([job("perturb", checkpoint=SWEEP.name), job("metrics")], CHECKPOINTS)
     check_hub_jobs([job("perturb", checkpoint=HUB.name), job("lm_eval", checkpoint=HUB.name)], CHECKPOINTS)
     assert seen == [[], [HUB]]
+
+
+def test_a_status_check_sleep_ends_when_snakemake_stops():
+    """Under a cluster executor Snakemake's exit (Ctrl-C, or the end of the run) waits for its
+    status-check thread; its sleep between checks now ends within STATUS_SLEEP_TICK of shutdown
+    (tests/workflow/test_slurm.py checks the whole Ctrl-C on a real cluster)."""
+    from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+
+    assert stop_status_checks_promptly() and stop_status_checks_promptly()  # applied once
+    executor = SimpleNamespace(wait=True, next_seconds_between_status_checks=0.3)
+    t0 = time.monotonic()
+    asyncio.run(RemoteExecutor.sleep(executor))  # the full interval while Snakemake runs
+    assert 0.3 <= time.monotonic() - t0 < 2
+    executor.next_seconds_between_status_checks = 180  # the slurm plugin's longest
+    threading.Timer(0.2, lambda: setattr(executor, "wait", False)).start()  # what shutdown() sets
+    t0 = time.monotonic()
+    asyncio.run(RemoteExecutor.sleep(executor))
+    assert time.monotonic() - t0 < 2

@@ -478,22 +478,51 @@ def test_too_many_gpus_is_an_error(cluster, tmp_path):
     assert not cluster.jobs(run_id(text))
 
 
-def test_interrupted_run_leaves_no_jobs(cluster, tmp_path):
-    """Ctrl-C on a cluster run cancels its jobs (the plugin scancels by run id)."""
+def _cmdline(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().split()
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return f"ppid {stat[3]} pgid {stat[4]} state {stat[2]}: {cmd.strip()}"
+    except OSError:
+        return "(gone)"
+
+
+def _job_processes(c: Cluster) -> list[int]:
+    """Processes of the cluster's jobs (they carry MARKER): neither a daemon nor slurmctld's helper."""
+    daemons = {p.pid for p in c.procs}
+    found = []
+    for pid in _marked_pids(str(c.root)):
+        try:
+            helper = b"slurmscriptd" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if pid not in daemons and not helper:
+            found.append(pid)
+    return found
+
+
+def test_interrupted_run_exits_promptly_and_leaves_no_jobs(cluster, tmp_path):
+    """Ctrl-C on a cluster run: Snakemake cancels its jobs (the plugin scancels them) and exits
+    within seconds. The first status check comes 120 s after the submissions: without
+    pipeline.workflow.cluster.stop_status_checks_promptly Snakemake would exit only when that
+    sleep ends (~2 minutes; in a long run the plugin's sleep grows to 180 s)."""
     study = "ci-slurm-interrupt"
     shutil.rmtree(ROOT / "results" / study, ignore_errors=True)  # from scratch: the data jobs run first
     cfg = write_config(tmp_path, smoke_config(study=study))
-    cmd = [*SNAKEMAKE, "--configfile", str(cfg), *cluster_args(cluster, tmp_path)]
+    args = [*cluster_args(cluster, tmp_path), "--slurm-init-seconds-before-status-checks", "120"]
+    cmd = [*SNAKEMAKE, "--configfile", str(cfg), *args]
     log = tmp_path / "snakemake.log"
     with log.open("w") as out:
-        # SIGINT at its default in the child: a test run started in the background of a non-interactive
-        # shell (`cmd &`) inherits SIGINT ignored, and Snakemake would then ignore the Ctrl-C
+        # Ctrl-C in a terminal signals the foreground process group: Snakemake leads its own here.
+        # SIGINT at its default in the child: a test run started in the background of a
+        # non-interactive shell (`cmd &`) inherits SIGINT ignored, and Snakemake would ignore it
         proc = subprocess.Popen(
             cmd,
             cwd=ROOT,
             env=cluster.env,
             stdout=out,
             stderr=subprocess.STDOUT,
+            start_new_session=True,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         try:
@@ -508,18 +537,25 @@ def test_interrupted_run_leaves_no_jobs(cluster, tmp_path):
                 time.sleep(0.5)
             time.sleep(2)
             assert cluster.active_jobs(rid)
-            proc.send_signal(signal.SIGINT)
+            t0 = time.monotonic()
+            os.killpg(proc.pid, signal.SIGINT)
             try:
                 proc.wait(timeout=90)
             except subprocess.TimeoutExpired:
                 pytest.fail("Snakemake did not exit within 90 s of Ctrl-C:\n" + log.read_text()[-3000:])
+            seconds = time.monotonic() - t0
         finally:
             if proc.poll() is None:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-    t0 = time.monotonic()
-    while cluster.active_jobs(rid) and time.monotonic() - t0 < 30:
+    text = log.read_text()
+    print(f"Snakemake exited {seconds:.1f} s after Ctrl-C")
+    assert seconds < 15, f"Snakemake took {seconds:.0f} s to exit after Ctrl-C:\n{text[-3000:]}"
+    assert "Terminating processes on user request" in text and "Traceback" not in text, text[-3000:]
+    t0 = time.monotonic()  # cancelled jobs end in a second or two (SIGTERM, then slurmd's SIGKILL)
+    while (cluster.active_jobs(rid) or _job_processes(cluster)) and time.monotonic() - t0 < 30:
         time.sleep(0.5)
-    assert not cluster.active_jobs(rid), log.read_text()[-3000:]
+    left = {pid: _cmdline(pid) for pid in _job_processes(cluster)}
+    assert not cluster.active_jobs(rid) and not left, (left, text[-3000:])
     assert {j["state"] for j in cluster.jobs(rid)} <= {"CANCELLED", "COMPLETED"}
     shutil.rmtree(ROOT / "results" / study, ignore_errors=True)

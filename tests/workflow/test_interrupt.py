@@ -1,0 +1,76 @@
+"""Ctrl-C on a local run: the running job says so in one line (no traceback), Snakemake exits in
+seconds, and the rerun resumes the job from its last state file.
+
+(Ctrl-C on a cluster run: tests/workflow/test_slurm.py; a job's handling of SIGINT on its own,
+ranks included: tests/test_runtime.py.)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+from workflow_utils import ROOT, SNAKEMAKE, smoke_config, snakemake, workflow_env, write_config
+
+from pipeline.runtime import INTERRUPTED
+from pipeline.workflow import layout
+
+STUDY = "ci-interrupt"
+PAST_STEP_100 = re.compile(r"\[pretrain/tiny-262144\] step (1[5-9]|[2-4]\d)\d/512")  # logged every 50
+
+
+def test_ctrl_c_stops_a_local_run_in_one_line_per_job_and_the_rerun_resumes(tmp_path):
+    out = ROOT / "results" / STUDY
+    shutil.rmtree(out, ignore_errors=True)
+    # one pre-training run (and the data jobs before it); its state is saved every 100 steps
+    cfg = write_config(tmp_path, smoke_config(study=STUDY, **{"pretrain.checkpoint_every": 100}))
+    run = out / layout.PRETRAIN_RUN.format(model="tiny", budget=262144)
+    target = str(run.relative_to(ROOT))
+    terminal = tmp_path / "terminal.txt"
+    try:
+        with terminal.open("w") as sink:
+            # Ctrl-C in a terminal signals the foreground process group: Snakemake's own here, jobs
+            # included. SIGINT at its default: `pytest &` in a non-interactive shell ignores it
+            proc = subprocess.Popen(
+                [*SNAKEMAKE, "--configfile", str(cfg), "--cores", "2", target],
+                cwd=ROOT,
+                env=workflow_env(),
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+            )
+            try:
+                t0 = time.monotonic()
+                while not PAST_STEP_100.search(terminal.read_text()):  # the state of step 100 saved
+                    assert proc.poll() is None and time.monotonic() - t0 < 300, terminal.read_text()[-3000:]
+                    time.sleep(0.1)
+                t0 = time.monotonic()
+                os.killpg(proc.pid, signal.SIGINT)
+                proc.wait(timeout=60)
+                seconds = time.monotonic() - t0
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+        text = terminal.read_text()
+        print(f"Snakemake exited {seconds:.1f} s after Ctrl-C")
+        assert proc.returncode != 0 and seconds < 20, (seconds, text[-3000:])
+        assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-5000:]
+        assert text.count(f"[pretrain/tiny-262144] {INTERRUPTED}") == 1, text[-3000:]
+        log = (out / "logs" / "pretrain" / "tiny-262144.log").read_text()
+        assert f"WARNING pipeline: {INTERRUPTED}" in log and "Traceback" not in log, log[-3000:]
+        assert not run.exists() and not list(run.parent.glob(".tmp-*")), list(run.parent.iterdir())
+
+        res = snakemake(cfg, "--cores", "2", target, timeout=300)
+        text = res.stdout + res.stderr
+        assert res.returncode == 0, text[-3000:]
+        m = re.search(r"\[pretrain/tiny-262144\] resumed from \S+ at step (\d+)/512", text)
+        assert m and int(m.group(1)) >= 100, text[-3000:]
+        assert (run / "config.json").is_file()
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
