@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 STAMP   := .venv/.installed
 CORES   ?= all
 
-.PHONY: setup apt-packages study test smoke demo alpaca-eval-demo lint bench clean docs gpu-check
+.PHONY: setup apt-packages study test smoke demo alpaca-eval-demo lint bench clean docs gpu-check gpu-wheels gpu-kit
 
 setup: $(STAMP) data/packages/.fetched
 
@@ -67,11 +67,22 @@ bench: setup
 	$(PY) bench/bench_train_eval.py
 	$(PY) bench/bench_dryrun.py
 
-# On a GPU machine, with its own torch / transformers (no setup: CUDA wheels are not pinned here):
-# CUDA tests, bf16-mixed fine-tuning of OLMo-1B's architecture beside transformers.Trainer (tokens/s,
-# MFU, peak memory vs the planner), perturbation + perplexity. Needs pytest for the tests.
+# The GPU kit (docs/benchmarks.md, "GPU kit"). Here, with network: `make gpu-kit` fetches the wheels the
+# GPU image lacks (envs/gpu-wheels.txt) for its Python 3.12 into .whl/, prepares the smoke study's data
+# in .gpu-kit/ (both git-ignored: a device run carries them by name) and prints what a run carries
+# (at most 64 MiB). There, with the image's own torch / transformers and no network: `make gpu-check`
+# installs .whl/ with pip --no-index --no-deps --target, checks it, then runs every step into one JSON.
+GPU_PYTHON_VERSION ?= 3.12
+GPU_CHECK_OUT ?= gpu-check.json
+
+gpu-wheels:
+	PYTHON=$(or $(wildcard $(PY)),python3) bash envs/fetch_gpu_wheels.sh $(GPU_PYTHON_VERSION) .whl
+
+gpu-kit: setup gpu-wheels
+	$(PY) bench/gpu_kit_data.py --out .gpu-kit --wheels .whl
+
 gpu-check:
-	PYTHONPATH=. $(or $(GPU_PYTHON),python3) bench/gpu_check.py --out gpu-check.json
+	$(or $(GPU_PYTHON),python3) bench/gpu_check.py --wheels .whl --data .gpu-kit --out $(GPU_CHECK_OUT)
 
 clean:
 	rm -rf results .snakemake

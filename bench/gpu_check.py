@@ -1,20 +1,34 @@
-"""The GPU kit: what a single-GPU machine says about the pipeline, in one run (`make gpu-check`).
+"""The GPU kit: the whole pipeline on one GPU in one command (`make gpu-check`).
 
-1. The CUDA-marked tests (`pytest -m cuda`), when pytest is installed.
-2. bf16-mixed fine-tuning of a randomly initialised model with OLMo-1B's config (no weights
-   needed) by the pipeline's training loop, beside `transformers.Trainer` on the same model,
-   batch, sequence length and SDPA attention (bf16=True, fused AdamW): tokens/s after warm-up,
-   MFU = 6 x parameters x tokens/s / the GPU's bf16 dense peak (measured with large matmuls, and
-   the spec sheet's), and peak memory beside the memory planner's estimate.
-3. Gaussian perturbation (bf16 weights, float32 noise) and held-out perplexity of that model, as
-   the perturbation stage runs them: tokens/s.
+Steps, each reported as pass / fail / skip with its time and figures into one JSON (rewritten
+after every step, so a run cut short keeps what it measured); a failing step does not stop the
+next ones:
 
-Runs on the image's torch / transformers (no pins needed: it imports only torch, transformers,
-numpy, pandas from outside the repository). Prints a table and writes JSON (--out).
-On a CPU (--device cpu --model tiny --steps 4) it is a smoke test of the kit itself.
+0. preflight, before any step: the wheelhouse (`.whl/`, envs/fetch_gpu_wheels.sh) matches this
+   Python and, installed with `pip install --no-index --no-deps --target`, holds every package the
+   pipeline needs beside the image's own (bench/wheelhouse.py); the smoke study's data (`.gpu-kit/`,
+   bench/gpu_kit_data.py) is there. Otherwise the kit stops, naming what is missing.
+1. cuda_tests: the CUDA-marked tests (tests/test_cuda.py).
+2. training: bf16-mixed training of a randomly initialised model of OLMo-1B's architecture by the
+   pipeline's loop beside `transformers.Trainer` (same model, batch, sequence length, SDPA
+   attention, fused AdamW): tokens/s after warm-up, MFU = 6 x parameters x tokens/s / the bf16
+   dense peak (measured with large matmuls, and the spec sheet's), peak memory beside the planner.
+3. perturb_eval: Gaussian perturbation (bf16 weights, float32 noise) and held-out perplexity.
+4. study: the kit's smoke study (bench/gpu_kit.yaml) through Snakemake on this device: data,
+   pre-training, perturbation, bf16-mixed fine-tuning, the lm-eval suite, generation and the
+   hf_local judge, the curvature stage, metrics, figures; its tables checked (every stage's rows,
+   one evaluation dtype), each stage's time reported.
+5. torchrun: one of the study's fine-tuning jobs on one rank under torchrun (NCCL on CUDA: the
+   FSDP2 path end to end) against the same job in one process (within bf16 tolerance), then
+   stopped after some steps as if killed and resumed from its DCP state (equal to uninterrupted).
+6. generation: HF `generate` of the model in bf16 (float32 on CPU), greedy: tokens/s per batch size.
 
-usage: python bench/gpu_check.py [--model olmo-1b] [--batch 4] [--seq-len 2048] [--steps 30]
-           [--warmup 5] [--out gpu-check.json] [--skip-tests]
+Runs on the GPU image's own torch / transformers / accelerate (no pins: tests/test_gpu_kit.py runs
+it on CPU in a virtual environment shaped like the image). On a CPU (`--device cpu --model tiny`)
+it is the kit's own test.
+
+usage: python bench/gpu_check.py [--model olmo-1b] [--out gpu-check.json] [--only STEP ...]
+           [--wheels .whl] [--site DIR] [--data .gpu-kit] (--help: every option)
 """
 
 from __future__ import annotations
@@ -23,35 +37,36 @@ import argparse
 import importlib.util
 import json
 import math
+import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from pipeline.evaluate.perplexity import EvalSet, eval_perplexity
-from pipeline.models.build import count_parameters, init_std_from_config
-from pipeline.models.hub import HUB_PRESETS
-from pipeline.models.shapes import ModelShape, shape_of
-from pipeline.sweeps.noise import perturb_gaussian
-from pipeline.train.config import TrainConfig
-from pipeline.train.loop import train
-from pipeline.train.memory import GIB, estimate
-
 ROOT = Path(__file__).resolve().parents[1]
 # Spec-sheet bf16 dense peaks (TFLOP/s, without sparsity), matched on the device name
 SPEC_BF16_TFLOPS = {"H200": 989.0, "H100 SXM": 989.0, "H100 PCIe": 756.0, "H100": 989.0, "A100": 312.0}
-TINY = ModelShape(layers=2, hidden=64, intermediate=256, heads=4, kv_heads=4, vocab=512, context=128)
+TINY = dict(layers=2, hidden=64, intermediate=256, heads=4, kv_heads=4, vocab=512, context=128)  # CPU runs
+KIT_DATA = ROOT / ".gpu-kit"  # bench/gpu_kit_data.py
+WHEELS = ROOT / ".whl"  # envs/fetch_gpu_wheels.sh
 
 
 def model_config(name: str):
     """A transformers config of `name`: OLMo-1B's architecture (OLMo v1) or a tiny one (CPU smoke)."""
     from transformers import OlmoConfig
 
-    shape = TINY if name == "tiny" else HUB_PRESETS[name].shape
+    from pipeline.models.hub import HUB_PRESETS
+    from pipeline.models.shapes import ModelShape
+
+    shape = ModelShape(**TINY) if name == "tiny" else HUB_PRESETS[name].shape
     return OlmoConfig(
         vocab_size=shape.vocab,
         hidden_size=shape.hidden,
@@ -87,7 +102,7 @@ def reset_peak(device: torch.device) -> None:
 
 
 def peak_gib(device: torch.device) -> float | None:
-    return torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else None
+    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
 
 
 def measured_bf16_tflops(device: torch.device, n: int = 8192, repeats: int = 20) -> float | None:
@@ -125,6 +140,12 @@ def random_batches(vocab: int, batch: int, seq_len: int):
 
 def run_ours(args, device: torch.device) -> dict:
     """The pipeline's loop (fused head, fused AdamW), bf16-mixed: tokens/s after warm-up, peak memory."""
+    from pipeline.models.build import count_parameters
+    from pipeline.models.shapes import shape_of
+    from pipeline.train.config import TrainConfig
+    from pipeline.train.loop import train
+    from pipeline.train.memory import GIB, estimate
+
     model = fresh_model(args.model, device)
     reset_peak(device)
     stamps: list[float] = []
@@ -199,8 +220,12 @@ def run_trainer(args, device: torch.device, out_dir: Path) -> dict:
     }
 
 
-def run_perturb_eval(args, device: torch.device) -> dict:
+def step_perturb_eval(args, device: torch.device) -> dict:
     """Gaussian perturbation of bf16 weights (float32 noise) and perplexity on held-out windows."""
+    from pipeline.evaluate.perplexity import EvalSet, eval_perplexity
+    from pipeline.models.build import init_std_from_config
+    from pipeline.sweeps.noise import perturb_gaussian
+
     model = fresh_model(args.model, device)
     if device.type == "cuda":
         model = model.to(torch.bfloat16)
@@ -228,58 +253,399 @@ def run_perturb_eval(args, device: torch.device) -> dict:
     }
 
 
-def run_cuda_tests() -> dict:
+def step_cuda_tests(args, device: torch.device) -> dict:
+    """tests/test_cuda.py (its tests skip themselves without CUDA)."""
     if importlib.util.find_spec("pytest") is None:
-        return {"status": "skipped: pytest is not installed (pip install pytest, or carry its wheel)"}
+        return {
+            "status": "skip",
+            "reason": "pytest is not installed (pip install pytest, or carry its wheel)",
+        }
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "--noconftest",
-            "-p",
-            "no:cacheprovider",
-            "-q",
-            "-rs",
-            str(ROOT / "tests" / "test_cuda.py"),
-        ],
+        [sys.executable, "-m", "pytest", "--noconftest", "-p", "no:cacheprovider", "-q", "-rs"]
+        + [str(ROOT / "tests" / "test_cuda.py")],
         capture_output=True,
         text=True,
         cwd=ROOT,
     )
     tail = (done.stdout + done.stderr).strip().splitlines()
+    if done.returncode != 0:
+        raise RuntimeError(f"pytest exit {done.returncode}: " + "\n".join(tail[-30:]))
+    status = "skip" if device.type != "cuda" else "pass"
+    return {"status": status, "summary": tail[-1] if tail else ""}
+
+
+def step_training(args, device: torch.device) -> dict:
+    """Our loop beside transformers.Trainer: tokens/s, MFU, peak memory against the planner."""
+    ours = run_ours(args, device)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = run_trainer(args, device, Path(tmp))
+    measured, spec = measured_bf16_tflops(device), spec_bf16_tflops(device)
+    for side in (ours, trainer):
+        for key, peak in (("measured", measured), ("spec", spec)):
+            side[f"mfu_vs_{key}"] = (
+                6 * ours["params"] * side["tokens_per_s"] / (peak * 1e12) if peak else None
+            )
+    figures = {
+        "ours": ours,
+        "trainer": trainer,
+        "speedup_vs_trainer": ours["tokens_per_s"] / trainer["tokens_per_s"],
+        "measured_bf16_tflops": measured,
+        "spec_bf16_tflops": spec,
+    }
+    if device.type == "cuda":  # the issue's targets, reported (a target missed is not a failure)
+        figures["targets"] = {
+            "mfu_ge_40pct": (ours["mfu_vs_spec"] or 0) >= 0.40,
+            "speedup_ge_1.2x": figures["speedup_vs_trainer"] >= 1.2,
+            "peak_within_15pct_of_planner": abs(ours["peak_gib"] / ours["planner_gib"] - 1) <= 0.15,
+        }
+    return figures
+
+
+# --- the smoke study through Snakemake ----------------------------------------------------------
+
+# (modification, eval_data) pairs the kit study's metrics table must hold: every stage wrote rows
+STUDY_ROWS = [
+    ("none", "pretrain"),  # perturb: the base model's held-out perplexity
+    ("gaussian", "pretrain"),  # perturb: Gaussian perturbations
+    ("none", "benchmark:arc_easy"),  # lm_eval: the suite on base models
+    ("gaussian", "benchmark:arc_easy"),
+    ("none", "mbpp"),  # task_base: in-domain metrics before fine-tuning
+    ("sft", "pretrain"),  # finetune: pre-training perplexity after fine-tuning
+    ("sft", "mbpp"),
+    ("sft", "weights"),
+    ("sft", "benchmark:arc_easy"),  # the suite on fine-tuned models, in their job
+    ("none", "alpaca_eval"),  # judge: base and fine-tuned responses against the reference
+    ("sft", "alpaca_eval"),
+]
+
+
+def kit_study_config(args, device: torch.device) -> dict:
+    """The kit's study config (bench/gpu_kit.yaml) on this device and the prepared data, with
+    config.yaml's values under it and the schema's defaults filled in, as a run sees it."""
+    import yaml
+    from gpu_kit_data import kit_config
+    from snakemake.utils import update_config
+
+    from pipeline.workflow.config import load_schema, validate_config
+
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    update_config(config, kit_config(args.data, device.type))
+    validate_config(config, load_schema(ROOT / "config" / "schema.yaml"))
+    return config
+
+
+def stage_seconds(study_dir: Path) -> dict[str, dict[str, float]]:
+    """Per stage (a `benchmark:` file's first folder under benchmarks/, or its name): jobs and total
+    / max seconds, from Snakemake's benchmark files."""
+    import pandas as pd
+
+    out: dict[str, dict[str, float]] = {}
+    bench = study_dir / "benchmarks"
+    for tsv in sorted(bench.rglob("*.tsv")):
+        stage = tsv.relative_to(bench).parts[0].removesuffix(".tsv")
+        s = float(pd.read_csv(tsv, sep="\t")["s"].iloc[0])
+        r = out.setdefault(stage, {"jobs": 0, "total_s": 0.0, "max_s": 0.0})
+        r["jobs"], r["total_s"], r["max_s"] = r["jobs"] + 1, round(r["total_s"] + s, 1), max(r["max_s"], s)
+    return out
+
+
+def step_study(args, device: torch.device) -> dict:
+    """The kit's smoke study end to end through Snakemake, from an empty results directory."""
+    import pandas as pd
+    import yaml
+    from gpu_kit_data import kit_config
+
+    from pipeline.models.checkpoints import default_dtype
+    from pipeline.workflow.layout import METRICS, study_dir
+
+    config = kit_study_config(args, device)
+    results = ROOT / study_dir(config["study"])
+    shutil.rmtree(results, ignore_errors=True)
+    cfg_file = args.work / "gpu-kit-study.yaml"
+    cfg_file.write_text(yaml.safe_dump(kit_config(args.data, device.type)))  # as --configfile
+    log_file = args.logs / "gpu-check.study.log"
+    command = [sys.executable, "-m", "snakemake", "--cores", str(args.cores), "--configfile", str(cfg_file)]
+    print(f"  {' '.join(command)} (log: {log_file})", flush=True)
+    with log_file.open("w") as log:
+        done = subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        tail = log_file.read_text().splitlines()[-40:]
+        raise RuntimeError(f"snakemake exit {done.returncode}:\n" + "\n".join(tail))
+    metrics = pd.read_parquet(results / METRICS)
+    have = set(zip(metrics["modification"], metrics["eval_data"]))
+    missing = [pair for pair in STUDY_ROWS if pair not in have]
+    if missing:
+        raise RuntimeError(f"the metrics table lacks rows of {missing}")
+    dtype = str(default_dtype(device)).removeprefix("torch.")
+    bench = metrics[metrics["eval_data"].str.startswith("benchmark:")]
+    dtypes = sorted({json.loads(e)["dtype"] for e in bench["extra"]})
+    if dtypes != [dtype]:
+        raise RuntimeError(f"benchmark rows were scored in {dtypes}, expected {dtype} on {device.type}")
+    sft = metrics[(metrics["modification"] == "sft") & (metrics["eval_data"] == "pretrain")]
+    precisions = sorted({json.loads(e)["precision"] for e in sft["extra"]})
+    judged = metrics[(metrics["eval_data"] == "alpaca_eval") & (metrics["metric"] == "n_judged")]["value"]
+    unparsable = metrics[(metrics["eval_data"] == "alpaca_eval") & (metrics["metric"] == "n_unparsable")]
+    figures = sorted(p.name for p in (results / "figures").glob("*.png"))
+    curvature = results / "analysis" / "curvature_summary.parquet"
+    if not curvature.is_file() or not figures:
+        raise RuntimeError(f"missing outputs: curvature summary {curvature.is_file()}, figures {figures}")
+    pre = metrics[(metrics["eval_data"] == "pretrain") & (metrics["metric"] == "ppl")]
     return {
-        "status": "passed" if done.returncode == 0 else f"failed (exit {done.returncode})",
-        "summary": tail[-1:],
+        "jobs": sum(r["jobs"] for r in stage_seconds(results).values()),
+        "rows": len(metrics),
+        "eval_dtype": dtype,
+        "finetune_precision": precisions,
+        "judged_pairs": int(judged.sum()),
+        "unparsable": int(unparsable["value"].sum()),
+        "figures": figures,
+        "pretrain_ppl": {
+            m: round(float(v), 3) for m, v in pre.groupby("modification")["value"].median().items()
+        },
+        "stages": stage_seconds(results),
     }
 
 
-def summary(report: dict) -> str:
-    """The figures docs/benchmarks.md reports, as lines."""
+# --- one fine-tuning job under torchrun against one process --------------------------------------
 
-    def pct(x: float | None) -> str:
+COMPARED = [  # (eval_data, split, metric) of a fine-tuning job's rows compared across paths
+    ("pretrain", "validation", "ppl"),
+    ("mbpp", "validation", "ppl"),
+    ("mbpp", "test", "ppl"),
+    ("weights", None, "distance_l2"),
+]
+BENCH_ACC = ("benchmark:arc_easy", "validation", "acc")  # 16 items: may differ by one in bf16
+
+
+def job_figures(rows) -> dict[str, float]:
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    out = {}
+    for eval_data, split, metric in [*COMPARED, BENCH_ACC]:
+        m = df[(df["eval_data"] == eval_data) & (df["metric"] == metric)]
+        m = m[m["split"].isna()] if split is None else m[m["split"] == split]
+        if len(m) != 1:
+            raise RuntimeError(f"{len(m)} rows of {(eval_data, split, metric)} in a fine-tuning job's table")
+        out[f"{eval_data}/{split}/{metric}"] = float(m["value"].iloc[0])
+    return out
+
+
+def max_rel_diff(a: dict[str, float], b: dict[str, float]) -> float:
+    """Over the continuous figures (COMPARED)."""
+    keys = [f"{e}/{s}/{m}" for e, s, m in COMPARED]
+    return max(abs(a[k] - b[k]) / max(abs(a[k]), 1e-12) for k in keys)
+
+
+def acc_diff(a: dict[str, float], b: dict[str, float]) -> float:
+    key = "/".join(map(str, BENCH_ACC))
+    return abs(a[key] - b[key])
+
+
+def step_torchrun(args, device: torch.device) -> dict:
+    """The study's fine-tuning job (its last checkpoint, largest learning rate) in one process and
+    on one torchrun rank (NCCL on CUDA); then on that rank stopped as if killed and resumed."""
+    import pandas as pd
+
+    from pipeline.models.checkpoints import sweep_checkpoints
+    from pipeline.train.config import FinetuneConfig, execution
+    from pipeline.train.finetune_job import FinetuneJob, run_in_process, run_on_ranks
+    from pipeline.workflow.config import eval_config
+    from pipeline.workflow.layout import TASK_TABLE, study_path
+    from pipeline.workflow.params import finetune_bench, finetune_params
+
+    config = kit_study_config(args, device)
+    study, ft = config["study"], config["finetune"]
+    spec = sweep_checkpoints(config["pretrain"]["presets"], config["pretrain"]["budgets"], study)[-1]
+    if not Path(ROOT, spec.path).is_dir():
+        raise RuntimeError(f"needs the study step's checkpoint {spec.path} (run the study step first)")
+    cfg = replace(
+        FinetuneConfig(**finetune_params(config), **execution(FinetuneConfig, ft)), checkpoint_every=4
+    )
+    work = args.work / "torchrun"
+    shutil.rmtree(work, ignore_errors=True)
+
+    def job(name: str, **kw) -> FinetuneJob:
+        return FinetuneJob(
+            spec=spec,
+            cfg=cfg,
+            task_name=ft["tasks"][0],
+            task_path=str(ROOT / study_path(study, TASK_TABLE, task=ft["tasks"][0])),
+            corpus_path=str(ROOT / study_path(study, "data/corpus.parquet")),
+            eval_cfg=eval_config(config),
+            learning_rate=max(ft["learning_rates"]),
+            lambda_reg=0.0,
+            seed=0,
+            study=study,
+            state_dir=str(work / f"{name}-state"),
+            metrics_path=str(work / f"{name}.parquet"),
+            path=str(ROOT / spec.path),
+            device=device.type,
+            bench_cfg=finetune_bench(config),
+            gpu=config.get("gpu"),
+            **kw,
+        )
+
+    t0 = time.perf_counter()
+    single = job_figures(run_in_process(job("single")))
+    t1 = time.perf_counter()
+    ranked = job("rank")
+    run_on_ranks(ranked, 1, work / "rank.json")
+    on_rank = job_figures(pd.read_parquet(ranked.metrics_path).to_dict("records"))
+    t2 = time.perf_counter()
+    killed = job("resumed", stop_after=cfg.checkpoint_every * 2)
+    run_on_ranks(killed, 1, work / "killed.json")
+    if not pd.read_parquet(killed.metrics_path).empty or not Path(killed.state_dir).is_dir():
+        raise RuntimeError("the job stopped as if killed wrote rows or kept no resume state")
+    resumed = replace(killed, stop_after=None)
+    run_on_ranks(resumed, 1, work / "resumed.json")
+    after_resume = job_figures(pd.read_parquet(resumed.metrics_path).to_dict("records"))
+    tol = 2e-2 if device.type == "cuda" else 1e-4  # bf16 compute: autocast (one process) vs FSDP2 casts
+    acc_tol = 1 / config["eval"]["benchmarks"]["limit"] + 1e-9 if device.type == "cuda" else 0.0
+    vs_single, vs_uninterrupted = max_rel_diff(single, on_rank), max_rel_diff(on_rank, after_resume)
+    accs = max(acc_diff(single, on_rank), acc_diff(on_rank, after_resume))
+    figures = {
+        "backend": "nccl" if device.type == "cuda" else "gloo",
+        "single": single,
+        "one_rank": on_rank,
+        "resumed": after_resume,
+        "max_rel_diff_rank_vs_single": vs_single,
+        "max_rel_diff_resumed_vs_uninterrupted": vs_uninterrupted,
+        "tolerance": tol,
+        "max_benchmark_acc_diff": accs,
+        "benchmark_acc_tolerance": acc_tol,
+        "single_s": round(t1 - t0, 1),
+        "one_rank_s": round(t2 - t1, 1),
+    }
+    if not (vs_single <= tol and vs_uninterrupted <= tol and accs <= acc_tol):
+        raise RuntimeError(f"outside the tolerance {tol}: {json.dumps(figures)}")
+    return figures
+
+
+# --- generation throughput ----------------------------------------------------------------------
+
+
+def step_generation(args, device: torch.device) -> dict:
+    """HF `generate` (greedy, KV cache) of the model in bf16 on CUDA (float32 on CPU): tokens/s of
+    `--gen-new-tokens` new tokens after a `--gen-prompt`-token prompt, per batch size."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = fresh_model(args.model, device).to(dtype).eval()
+    gen = torch.Generator().manual_seed(0)
+    new = args.gen_new_tokens
+    rates = {}
+    for batch in [args.gen_batches[0], *args.gen_batches]:  # the first: warm-up, not reported
+        ids = torch.randint(2, model.config.vocab_size, (batch, args.gen_prompt), generator=gen).to(device)
+        sync(device)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=new,
+                min_new_tokens=new,  # random weights: no early end of sequence
+                do_sample=False,
+                pad_token_id=model.config.pad_token_id,
+            )
+        sync(device)
+        seconds = time.perf_counter() - t0
+        assert out.shape == (batch, args.gen_prompt + new), out.shape
+        rates[str(batch)] = batch * new / seconds
+    return {"dtype": str(dtype).removeprefix("torch."), "new_tokens": new, "tokens_per_s": rates}
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+STEPS: dict[str, Callable[[argparse.Namespace, torch.device], dict]] = {
+    "cuda_tests": step_cuda_tests,
+    "training": step_training,
+    "perturb_eval": step_perturb_eval,
+    "study": step_study,
+    "torchrun": step_torchrun,
+    "generation": step_generation,
+}
+
+
+def preflight(args) -> dict:
+    """Before any step: the wheelhouse installed and its closure checked (bench/wheelhouse.py), the
+    prepared data present. Exits naming every missing thing otherwise."""
+    problems: list[str] = []
+    info: dict = {"python": platform.python_version()}
+    if args.wheels is not None:
+        import wheelhouse
+
+        try:
+            wheelhouse.preflight(args.wheels, args.site)
+        except wheelhouse.PreflightError as err:
+            problems.append(str(err.code))
+        else:
+            info["wheels"] = len(list(args.wheels.glob("*.whl")))
+            sys.path.insert(0, str(args.site))
+            os.environ["PYTHONPATH"] = os.pathsep.join(
+                filter(None, [str(args.site), os.environ.get("PYTHONPATH")])
+            )
+    sys.path.insert(0, str(ROOT))  # the pipeline package, here and in every process the kit starts
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    if {"study", "torchrun"} & set(args.only):
+        if not (args.data / "corpus").is_dir():
+            problems.append(
+                f"no prepared data in {args.data}: run `make gpu-kit` (bench/gpu_kit_data.py) here"
+            )
+        needed = ("snakemake", "datasets", "lm_eval", "alpaca_eval")
+        missing = [m for m in needed if importlib.util.find_spec(m) is None]
+        if missing:
+            problems.append(f"not importable: {', '.join(missing)} (carry the wheelhouse: --wheels .whl)")
+    if problems:
+        sys.exit("gpu-check: stopped before any step:\n" + "\n".join(problems))
+    return info
+
+
+def summary(report: dict) -> str:
+    """One line per step: status, seconds, its headline figures."""
+
+    def pct(x) -> str:
         return "-" if x is None else f"{100 * x:.1f}%"
 
-    def gib(x: float | None) -> str:
-        return "-" if x is None else f"{x:.1f} GiB"
+    lines = [f"device {report['device']}, torch {report['torch']}, transformers {report['transformers']}"]
+    for name, step in report["steps"].items():
+        f = step.get("figures", {})
+        head = f"{name:13s} {step['status']:4s} {step['seconds']:7.1f} s"
+        if step["status"] == "fail":
+            lines.append(f"{head}  {step['error'].splitlines()[0][:200]}")
+        elif name == "training":
+            o, t = f["ours"], f["trainer"]
+            lines.append(
+                f"{head}  ours {o['tokens_per_s']:,.0f} tok/s MFU {pct(o['mfu_vs_spec'])} (spec) / "
+                f"{pct(o['mfu_vs_measured'])} (measured); Trainer {t['tokens_per_s']:,.0f} tok/s; "
+                f"ours / Trainer: {f['speedup_vs_trainer']:.2f}x; peak {o['peak_gib']} GiB vs planner "
+                f"{o['planner_gib']:.2f} GiB"
+            )
+        elif name == "perturb_eval":
+            lines.append(
+                f"{head}  perturbation {f['perturb_s']:.2f} s, perplexity {f['eval_tokens_per_s']:,.0f} tok/s"
+            )
+        elif name == "study":
+            lines.append(
+                f"{head}  {f['jobs']} jobs, {f['rows']} rows, eval dtype {f['eval_dtype']}, "
+                f"judged pairs {f['judged_pairs']}"
+            )
+        elif name == "torchrun":
+            lines.append(
+                f"{head}  {f['backend']}: rank vs one process {f['max_rel_diff_rank_vs_single']:.2e}, "
+                f"resumed vs uninterrupted {f['max_rel_diff_resumed_vs_uninterrupted']:.2e} "
+                f"(tolerance {f['tolerance']})"
+            )
+        elif name == "generation":
+            rates = ", ".join(f"batch {b}: {r:,.0f}" for b, r in f["tokens_per_s"].items())
+            lines.append(f"{head}  {f['dtype']} tokens/s {rates}")
+        else:
+            lines.append(f"{head}  {f.get('summary', f.get('reason', ''))}")
+    return "\n".join(lines)
 
-    ours, hf, pe = report["ours"], report["trainer"], report["perturb_eval"]
-    measured, spec = report["measured_bf16_tflops"], report["spec_bf16_tflops"]
-    tests = report["cuda_tests"]
-    return "\n".join(
-        [
-            f"device {report['device']}, torch {report['torch']}, transformers {report['transformers']}",
-            f"bf16 dense peak: measured {measured or '-'} TFLOP/s, spec sheet {spec or '-'}",
-            f"CUDA tests: {tests['status']} {tests.get('summary', '')}",
-            f"ours:    {ours['tokens_per_s']:,.0f} tok/s, MFU {pct(ours['mfu_vs_measured'])} (measured "
-            f"peak) / {pct(ours['mfu_vs_spec'])} (spec), peak {gib(ours['peak_gib'])}",
-            f"         planner {ours['planner']}",
-            f"Trainer: {hf['tokens_per_s']:,.0f} tok/s, MFU {pct(hf['mfu_vs_measured'])} / "
-            f"{pct(hf['mfu_vs_spec'])}, peak {gib(hf['peak_gib'])}",
-            f"ours / Trainer: {report['speedup_vs_trainer']:.2f}x",
-            f"perturbation {pe['perturb_s']:.2f} s, perplexity {pe['eval_tokens_per_s']:,.0f} tok/s",
-        ]
-    )
+
+def write(report: dict, out: Path | None) -> None:
+    if out is not None:
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        os.replace(tmp, out)
 
 
 def main() -> None:
@@ -291,11 +657,22 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--skip-tests", action="store_true")
+    ap.add_argument("--gen-batches", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32])
+    ap.add_argument("--gen-prompt", type=int, default=128)
+    ap.add_argument("--gen-new-tokens", type=int, default=128)
+    ap.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="Snakemake's --cores (study)")
+    ap.add_argument("--only", nargs="+", choices=list(STEPS), default=list(STEPS), help="steps to run")
+    ap.add_argument("--wheels", type=Path, default=None, help="wheelhouse to install first (.whl)")
+    ap.add_argument("--site", type=Path, default=Path(tempfile.gettempdir()) / "overtrain-site")
+    ap.add_argument("--data", type=Path, default=KIT_DATA, help="the study's prepared data (.gpu-kit)")
+    ap.add_argument("--out", type=Path, default=None, help="the JSON report (and its logs beside it)")
     args = ap.parse_args()
     if args.steps < args.warmup + 2:
         ap.error("--steps must exceed --warmup by at least 2")
+    args.data = args.data.resolve()
+    info = preflight(args)
+    args.work = Path(tempfile.mkdtemp(prefix="gpu-check-"))  # configs, the torchrun step's job files
+    args.logs = args.out.resolve().parent if args.out else args.work  # the study's log, beside the JSON
     device = torch.device(args.device)
     report: dict = {
         "device": torch.cuda.get_device_name(device)
@@ -303,27 +680,29 @@ def main() -> None:
         else platform.processor() or "cpu",
         "torch": torch.__version__,
         "transformers": __import__("transformers").__version__,
+        "preflight": info,
         "settings": {k: str(v) for k, v in vars(args).items()},
-        "measured_bf16_tflops": measured_bf16_tflops(device),
-        "spec_bf16_tflops": spec_bf16_tflops(device),
+        "steps": {},
     }
-    report["cuda_tests"] = {"status": "skipped (--skip-tests)"} if args.skip_tests else run_cuda_tests()
-    report["ours"] = run_ours(args, device)
-    with tempfile.TemporaryDirectory() as tmp:
-        report["trainer"] = run_trainer(args, device, Path(tmp))
-    report["perturb_eval"] = run_perturb_eval(args, device)
-    params = report["ours"]["params"]
-    for key in ("measured_bf16_tflops", "spec_bf16_tflops"):
-        peak = report[key]
-        for side in ("ours", "trainer"):
-            report[side][f"mfu_vs_{key.split('_')[0]}"] = (
-                6 * params * report[side]["tokens_per_s"] / (peak * 1e12) if peak else None
-            )
-    report["speedup_vs_trainer"] = report["ours"]["tokens_per_s"] / report["trainer"]["tokens_per_s"]
-    print(json.dumps(report, indent=2, default=str))
+    for name in args.only:
+        print(f"[{name}] ...", flush=True)
+        t0 = time.perf_counter()
+        try:
+            figures = STEPS[name](args, device)
+            entry = {"status": figures.pop("status", "pass"), "figures": figures}
+        except Exception as err:  # a failed step is reported; the next ones still run
+            entry = {
+                "status": "fail",
+                "error": f"{type(err).__name__}: {err}",
+                "traceback": traceback.format_exc(),
+            }
+        entry["seconds"] = round(time.perf_counter() - t0, 1)
+        report["steps"][name] = entry
+        write(report, args.out)
+        print(f"[{name}] {entry['status']} in {entry['seconds']:.0f} s", flush=True)
     print(summary(report))
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    if any(s["status"] == "fail" for s in report["steps"].values()):
+        sys.exit(1)
 
 
 if __name__ == "__main__":
