@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -99,3 +101,34 @@ def local_smoke_study(workdir: Path, study: str = SMOKE_STUDY) -> tuple[Path, Pa
         shutil.copyfile(out / "metrics.parquet", snapshot)
         _local_smoke[study] = (out, cfg_path, snapshot)
     return _local_smoke[study]
+
+
+def start_in_terminal(command: list[str], env: dict[str, str], sink) -> subprocess.Popen:
+    """`command` as a terminal's foreground job: its own process group (Ctrl-C signals the whole
+    group, jobs included) with SIGINT at its default (a test run in the background of a
+    non-interactive shell, `cmd &`, inherits SIGINT ignored, and Snakemake would ignore it)."""
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        env=env,
+        stdout=sink,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+def ctrl_c(proc: subprocess.Popen, within: float) -> float:
+    """Ctrl-C to `proc`'s process group (start_in_terminal); seconds until it exits (at most
+    `within`, else subprocess.TimeoutExpired)."""
+    t0 = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    proc.wait(timeout=within)
+    return time.monotonic() - t0
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to `proc`'s process group if it still runs (a test's clean-up)."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

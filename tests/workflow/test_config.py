@@ -125,13 +125,18 @@ JUDGE_CASES = [
 
 @pytest.mark.parametrize("change, needle", JUDGE_CASES, ids=[c[1][:30] for c in JUDGE_CASES])
 def test_bad_judge_config_is_rejected_at_parse_time(change, needle):
+    assert needle in parse_time_error(change)
+
+
+def parse_time_error(change: dict) -> str:
+    """The ConfigError of the smoke config with `change` (schema-valid), as the Snakefile raises it."""
     from pipeline.workflow.config import check_config
 
     cfg = workflow_config(smoke_config(study="bad-config", **change))
     validate_config(cfg, load_schema(ROOT / "config" / "schema.yaml"))
     with pytest.raises(ConfigError) as err:
         check_config(cfg, check_benchmark_tasks=False)
-    assert needle in str(err.value)
+    return str(err.value)
 
 
 # every theory key is checked before any job starts: what config/schema.yaml cannot say is checked by
@@ -187,13 +192,7 @@ THEORY_CASES = [
 @pytest.mark.parametrize("change, needle", THEORY_CASES, ids=[c[1][:40] for c in THEORY_CASES])
 def test_bad_theory_config_is_rejected_at_parse_time(change, needle):
     """A schema-valid config stops at parse time (theory disabled or not) with one line naming the key."""
-    from pipeline.workflow.config import check_config
-
-    cfg = workflow_config(smoke_config(study="bad-config", **change))
-    validate_config(cfg, load_schema(ROOT / "config" / "schema.yaml"))
-    with pytest.raises(ConfigError) as err:
-        check_config(cfg, check_benchmark_tasks=False)
-    message = str(err.value)
+    message = parse_time_error(change)
     assert message.startswith(f"invalid config: {needle}") and "\n" not in message, message
 
 

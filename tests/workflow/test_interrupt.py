@@ -7,14 +7,21 @@ ranks included: tests/test_runtime.py.)
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
-import subprocess
 import time
 
-from workflow_utils import ROOT, SNAKEMAKE, smoke_config, snakemake, workflow_env, write_config
+from workflow_utils import (
+    ROOT,
+    SNAKEMAKE,
+    ctrl_c,
+    kill_group,
+    smoke_config,
+    snakemake,
+    start_in_terminal,
+    workflow_env,
+    write_config,
+)
 
 from pipeline.runtime import INTERRUPTED
 from pipeline.workflow import layout
@@ -33,30 +40,16 @@ def test_ctrl_c_stops_a_local_run_in_one_line_per_job_and_the_rerun_resumes(tmp_
     terminal = tmp_path / "terminal.txt"
     try:
         with terminal.open("w") as sink:
-            # Ctrl-C in a terminal signals the foreground process group: Snakemake's own here, jobs
-            # included. SIGINT at its default: `pytest &` in a non-interactive shell ignores it
-            proc = subprocess.Popen(
-                [*SNAKEMAKE, "--configfile", str(cfg), "--cores", "2", target],
-                cwd=ROOT,
-                env=workflow_env(),
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-            )
+            command = [*SNAKEMAKE, "--configfile", str(cfg), "--cores", "2", target]
+            proc = start_in_terminal(command, workflow_env(), sink)
             try:
                 t0 = time.monotonic()
                 while not PAST_STEP_100.search(terminal.read_text()):  # the state of step 100 saved
                     assert proc.poll() is None and time.monotonic() - t0 < 300, terminal.read_text()[-3000:]
                     time.sleep(0.1)
-                t0 = time.monotonic()
-                os.killpg(proc.pid, signal.SIGINT)
-                proc.wait(timeout=60)
-                seconds = time.monotonic() - t0
+                seconds = ctrl_c(proc, within=60)
             finally:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+                kill_group(proc)
         text = terminal.read_text()
         print(f"Snakemake exited {seconds:.1f} s after Ctrl-C")
         assert proc.returncode != 0 and seconds < 20, (seconds, text[-3000:])

@@ -28,9 +28,12 @@ from workflow_utils import (
     ROOT,
     SMOKE_STUDY,
     SNAKEMAKE,
+    ctrl_c,
+    kill_group,
     local_smoke_study,
     smoke_config,
     snakemake,
+    start_in_terminal,
     workflow_env,
     write_config,
 )
@@ -513,18 +516,7 @@ def test_interrupted_run_exits_promptly_and_leaves_no_jobs(cluster, tmp_path):
     cmd = [*SNAKEMAKE, "--configfile", str(cfg), *args]
     log = tmp_path / "snakemake.log"
     with log.open("w") as out:
-        # Ctrl-C in a terminal signals the foreground process group: Snakemake leads its own here.
-        # SIGINT at its default in the child: a test run started in the background of a
-        # non-interactive shell (`cmd &`) inherits SIGINT ignored, and Snakemake would ignore it
-        proc = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env=cluster.env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
+        proc = start_in_terminal(cmd, cluster.env, out)  # Ctrl-C reaches Snakemake's process group
         try:
             t0 = time.monotonic()
             while "has been submitted with SLURM jobid" not in log.read_text():
@@ -537,17 +529,12 @@ def test_interrupted_run_exits_promptly_and_leaves_no_jobs(cluster, tmp_path):
                 time.sleep(0.5)
             time.sleep(2)
             assert cluster.active_jobs(rid)
-            t0 = time.monotonic()
-            os.killpg(proc.pid, signal.SIGINT)
             try:
-                proc.wait(timeout=90)
+                seconds = ctrl_c(proc, within=90)
             except subprocess.TimeoutExpired:
                 pytest.fail("Snakemake did not exit within 90 s of Ctrl-C:\n" + log.read_text()[-3000:])
-            seconds = time.monotonic() - t0
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            kill_group(proc)
     text = log.read_text()
     print(f"Snakemake exited {seconds:.1f} s after Ctrl-C")
     assert seconds < 15, f"Snakemake took {seconds:.0f} s to exit after Ctrl-C:\n{text[-3000:]}"
