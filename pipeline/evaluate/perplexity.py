@@ -104,19 +104,14 @@ def scored_nll_sum(
 
 
 def eval_perplexity(
-    model: torch.nn.Module,
-    data: EvalSet,
-    batch_size: int = 32,
-    device: str | torch.device | None = None,
-    threaded: bool = True,
+    model: torch.nn.Module, data: EvalSet, batch_size: int = 32, device: str | torch.device | None = None
 ) -> dict[str, float]:
     """Token perplexity, mean NLL (nats/token) and bits per byte of `model` on `data`.
 
     Padding sits after every scored position of a window, so with a causal mask no mask is
     needed. Only scored positions go through the output layer, a chunk at a time
     (`pipeline.models.losses`), unless the model's forward transforms its logits. On CPU, batches are
-    spread over torch's threads (`pipeline.runtime.map_cpu_threads`) unless not `threaded` (a
-    sharded model: FSDP2's hooks gather layers for one forward at a time). Per-batch sums are
+    spread over torch's threads (`pipeline.runtime.map_cpu_threads`). Per-batch sums are
     float32, their total float64, added in batch order.
     """
     device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -135,7 +130,10 @@ def eval_perplexity(
         )
 
     starts = range(0, len(data.inputs), batch_size)
-    sums = map_cpu_threads(batch_nll, starts, device) if threaded else [batch_nll(s) for s in starts]
+    if _gathers_per_forward(model):  # FSDP2's hooks gather layers for one forward at a time
+        sums = [batch_nll(start) for start in starts]
+    else:
+        sums = map_cpu_threads(batch_nll, starts, device)
     nll = float(torch.stack(sums).double().sum())
     model.train(was_training)
     seconds = time.perf_counter() - t0
@@ -159,3 +157,10 @@ def select_documents(
     cum = np.cumsum([len(d) for d in token_docs])
     k = max(1, int(np.searchsorted(cum, max_tokens, side="right")))
     return texts[:k], token_docs[:k]
+
+
+def _gathers_per_forward(model: torch.nn.Module) -> bool:
+    """Whether `model` is sharded with FSDP2, whose forward hooks are not thread-safe."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)

@@ -145,10 +145,17 @@ def study_checkpoints(config: dict) -> list[CheckpointSpec]:
 
 
 def default_dtype(device: torch.device) -> torch.dtype:
-    """bf16 on GPU (as the paper's models are trained), fp32 on CPU."""
+    """bf16 on GPU (as the paper's models are trained), fp32 on CPU: how checkpoints are loaded and
+    every model is evaluated on that device (base, perturbed, fine-tuned in one process or sharded),
+    so a difference between two rows holds no precision change."""
     import torch
 
     return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def dtype_name(model: torch.nn.Module) -> str:
+    """The dtype of `model`'s parameters as the rows record it (`extra.dtype`), e.g. "bfloat16"."""
+    return str(next(model.parameters()).dtype).removeprefix("torch.")
 
 
 def load_checkpoint(

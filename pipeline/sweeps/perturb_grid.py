@@ -16,7 +16,7 @@ import torch
 
 from pipeline.evaluate.heldout import EVAL_METRICS, heldout_eval_set
 from pipeline.evaluate.perplexity import eval_perplexity
-from pipeline.models.checkpoints import CheckpointSpec, fingerprint, load_checkpoint
+from pipeline.models.checkpoints import CheckpointSpec, dtype_name, fingerprint, load_checkpoint
 from pipeline.sweeps.cells import cell_fields, evaluate_cells, grid_cells
 from pipeline.tables import metric_row
 
@@ -59,6 +59,7 @@ def perturbation_grid(
     base_diverged = bool(summary.get("diverged", False))
     common = dict(**spec.row_fields(study), eval_data="pretrain", split=eval_cfg["split"])
     extra = {
+        "dtype": dtype_name(model),  # the precision every evaluation of this device runs in
         "init_std_source": std_source,
         "eval_tokens": data.n_tokens,
         "tokens_trained": summary.get("tokens_trained"),

@@ -37,7 +37,7 @@ from pipeline.evaluate.generation import write_responses
 from pipeline.evaluate.heldout import EVAL_METRICS, heldout_eval_set
 from pipeline.evaluate.perplexity import eval_perplexity
 from pipeline.evaluate.tasks import eval_task
-from pipeline.models.checkpoints import CheckpointSpec, default_dtype, load_checkpoint
+from pipeline.models.checkpoints import CheckpointSpec, default_dtype, dtype_name, load_checkpoint
 from pipeline.models.shapes import shape_of
 from pipeline.ranks import SINGLE, Ranks
 from pipeline.tables import metric_row
@@ -139,13 +139,20 @@ def task_base_rows(
     study: str,
     device: str = "cpu",
 ) -> list[dict]:
-    """In-domain metrics of the unmodified checkpoint on a task (the Δ baseline of fine-tuning)."""
-    model, tokenizer, _, _ = load_checkpoint(spec, path, device, dtype=torch.float32)
+    """In-domain metrics of the unmodified checkpoint on a task (the Δ baseline of fine-tuning), in
+    the device's evaluation dtype (`default_dtype`), as the fine-tuned model is evaluated."""
+    model, tokenizer, _, _ = load_checkpoint(spec, path, device)
     task = read_task(task_name, task_path)
     max_len = _context(model, cfg)
     evals = _eval_data(task, tokenizer, max_len, cfg)
     rows = []
-    common = dict(**spec.row_fields(study), modification="none", task=task_name, eval_data=task_name)
+    common = dict(
+        **spec.row_fields(study),
+        modification="none",
+        task=task_name,
+        eval_data=task_name,
+        extra=dict(dtype=dtype_name(model)),
+    )
     for split, data in evals.items():
         result = eval_task(model, data, tokenizer.pad_token_id, cfg.eval_batch_size)
         rows += [
@@ -161,27 +168,18 @@ def task_base_rows(
     return rows
 
 
-def _whole_model_rows(model, tokenizer, job: FinetuneJob, common: dict, placement: Whole) -> list[dict]:
+def _suite_rows(whole, tokenizer, job: FinetuneJob, common: dict, ranks: Ranks) -> list[dict]:
     """The lm-eval suite's rows of the fine-tuned model and its responses to the instruction set
-    (the judged metric), from one whole model in the device's evaluation dtype (`default_dtype`:
-    bf16 on CUDA, float32 on CPU, as base models are loaded, so a fine-tuned-minus-base difference
-    holds no precision change). Every rank scores and answers its share (pipeline/ranks.py) and
-    returns the same rows; rank 0 writes the responses."""
-    scored = bool(job.bench_cfg and job.bench_cfg.get("tasks"))
-    if not scored and not job.generation:
-        return []
+    (the judged metric). Every rank scores and answers its share (pipeline/ranks.py) and returns the
+    same rows; rank 0 writes the responses."""
     rows: list[dict] = []
-    dtype = default_dtype(torch.device(job.device))
-    with placement.whole(model, dtype) as whole:
-        if scored:
-            results = eval_configured(whole, tokenizer, job.bench_cfg, placement.ranks)
-            rows = configured_rows(results, job.bench_cfg, **common)
-        if job.generation:
-            identity = {k: v for k, v in common.items() if k not in ("extra", "diverged")}
-            g = job.generation
-            write_responses(
-                whole, tokenizer, g["instructions"], g["config"], identity, g["output"], placement.ranks
-            )
+    if job.bench_cfg and job.bench_cfg.get("tasks"):
+        results = eval_configured(whole, tokenizer, job.bench_cfg, ranks)
+        rows = configured_rows(results, job.bench_cfg, **common)
+    if job.generation:
+        identity = {k: v for k, v in common.items() if k not in ("extra", "diverged")}
+        g = job.generation
+        write_responses(whole, tokenizer, g["instructions"], g["config"], identity, g["output"], ranks)
     return rows
 
 
@@ -300,7 +298,14 @@ def evaluate_run(
     run: Run, job: FinetuneJob, result: TrainResult, best: BestEpoch, placement: Whole
 ) -> list[dict]:
     """The fine-tuned model's rows: pre-training perplexity, in-domain metrics, ‖θ_ft − θ_pre‖₂,
-    then the lm-eval suite and the judged metric's responses."""
+    the lm-eval suite and the judged metric's responses.
+
+    Every evaluation runs on one whole model in the device's evaluation dtype (`default_dtype`:
+    bf16 on CUDA, float32 on CPU, as base and perturbed models are loaded and evaluated), so a
+    fine-tuned-minus-base difference holds no precision change, whether the job ran in one process
+    or sharded (`placement.whole`: the model itself when it already is that, else a copy gathered on
+    every rank); the dtype is recorded in the rows (`extra.dtype`).
+    """
     cfg, model, tokenizer = run.cfg, run.model, run.tokenizer
     eval_cfg = job.eval_cfg
     pretrain_data = heldout_eval_set(
@@ -310,16 +315,7 @@ def evaluate_run(
         min(eval_cfg.get("seq_len") or run.max_len, model.config.max_position_embeddings),
         eval_cfg.get("max_tokens"),
     )
-    with run.compute:
-        pre = eval_perplexity(
-            model, pretrain_data, batch_size=eval_cfg["batch_size"], threaded=placement.threaded_forward
-        )
-        ident = {
-            s: eval_task(model, data, tokenizer.pad_token_id, cfg.eval_batch_size)
-            for s, data in run.evals.items()
-        }
-    placement.settle(model)
-    distance = weight_distance(model, run.reference, placement.ranks)
+    distance = weight_distance(model, run.reference, placement.ranks)  # the training (master) weights
     tokens_per_step = cfg.batch_size * run.max_len if run.task.kind == "lm" else None
     extra = {
         **cfg.recorded(),
@@ -331,7 +327,19 @@ def evaluate_run(
         "final_train_loss": result.losses[-1] if result.losses else None,
         "history": best.history,
     }  # no wall-clock times here: the table must be identical across machines and reruns
-    common = dict(**job.identity(), modification="sft", extra=extra, diverged=result.diverged)
+    with placement.whole(model, default_dtype(torch.device(job.device))) as whole:
+        pre = eval_perplexity(whole, pretrain_data, batch_size=eval_cfg["batch_size"])
+        ident = {
+            s: eval_task(whole, data, tokenizer.pad_token_id, cfg.eval_batch_size)
+            for s, data in run.evals.items()
+        }
+        common = dict(
+            **job.identity(),
+            modification="sft",
+            extra={**extra, "dtype": dtype_name(whole)},
+            diverged=result.diverged,
+        )
+        suite = _suite_rows(whole, tokenizer, job, common, placement.ranks)
     rows = [
         metric_row(**common, eval_data="pretrain", split=eval_cfg["split"], metric=m, value=pre[m])
         for m in EVAL_METRICS
@@ -342,7 +350,7 @@ def evaluate_run(
             for m in TASK_METRICS[run.task.kind]
         ]
     rows.append(metric_row(**common, eval_data="weights", split=None, metric="distance_l2", value=distance))
-    rows += _whole_model_rows(model, tokenizer, job, common, placement)
+    rows += suite
     log.info(
         "done: pre-training ppl %.3f | ID val ppl %.3f test ppl %.3f | ‖θ_ft − θ_pre‖ %.4f | %.0f s training",
         pre["ppl"],

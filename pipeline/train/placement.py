@@ -28,8 +28,6 @@ class Whole:
     keeps_unscored: ClassVar[bool] = False
     # code that needs the whole model in one process after training (the curvature line) can run
     holds_whole_model: ClassVar[bool] = True
-    # forwards may run in several Python threads at once (CPU evaluation: pipeline.runtime)
-    threaded_forward: ClassVar[bool] = True
 
     def load(self, spec: CheckpointSpec, path: str | None, device: str, precision: str, recompute: bool):
         """(model, tokenizer) in float32 (master) weights on `device` (AdamW on bf16 weights loses
@@ -80,7 +78,6 @@ class Sharded(Whole):
 
     keeps_unscored: ClassVar[bool] = True
     holds_whole_model: ClassVar[bool] = False
-    threaded_forward: ClassVar[bool] = False  # FSDP2's hooks gather layers for one forward at a time
 
     def load(self, spec: CheckpointSpec, path: str | None, device: str, precision: str, recompute: bool):
         """(model, tokenizer) sharded, the checkpoint read once (by rank 0) for the whole job."""
