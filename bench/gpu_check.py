@@ -377,10 +377,13 @@ def step_study(args, device: torch.device) -> dict:
     if missing:
         raise RuntimeError(f"the metrics table lacks rows of {missing}")
     dtype = str(default_dtype(device)).removeprefix("torch.")
-    bench = metrics[metrics["eval_data"].str.startswith("benchmark:")]
-    dtypes = sorted({json.loads(e)["dtype"] for e in bench["extra"]})
+    evaluated = metrics[
+        metrics["eval_data"].isin(["pretrain", "mbpp"]) | metrics["eval_data"].str.startswith("benchmark:")
+    ]
+    evaluated = evaluated[~evaluated["metric"].str.startswith("hessian")]  # the curvature stage: float32
+    dtypes = sorted({json.loads(e).get("dtype", "unrecorded") for e in evaluated["extra"]})
     if dtypes != [dtype]:
-        raise RuntimeError(f"benchmark rows were scored in {dtypes}, expected {dtype} on {device.type}")
+        raise RuntimeError(f"models were evaluated in {dtypes}, expected only {dtype} on {device.type}")
     sft = metrics[(metrics["modification"] == "sft") & (metrics["eval_data"] == "pretrain")]
     precisions = sorted({json.loads(e)["precision"] for e in sft["extra"]})
     judged = metrics[(metrics["eval_data"] == "alpaca_eval") & (metrics["metric"] == "n_judged")]["value"]
