@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 import time
@@ -241,3 +242,58 @@ def test_every_rank_shares_the_evaluation_and_one_read_fills_the_shards(tmp_path
     assert figures["eval"]["same_scores"] and figures["eval"]["same_answers"]
     assert set(figures["eval"]["scores"]) == {"arc_easy", "copa"}
     assert sorted(r["rank"] for r in figures["load-shards"]) == [0, 1]
+
+
+def test_a_rank_dying_in_the_shared_evaluation_ends_the_job_and_leaves_it_resumable(study_files, tmp_path):
+    """Rank 1 killed (SIGKILL) as the evaluation starts: the job fails within the collective
+    timeout, writes no rows, keeps its training state, and a rerun finishes from it."""
+    import psutil
+
+    from pipeline.evaluate.benchmarks import benchmark_config
+
+    root = Path(__file__).resolve().parents[2]
+    bench = {
+        **benchmark_config({"tasks": ["copa"], "limit": 40, "num_fewshot": 2}),
+        "package_dir": str(root / "data" / "packages"),
+        "cache_dir": str(root / "data" / "olmo_data"),
+    }
+    cfg = dataclasses.replace(
+        CFG, epochs=1, max_steps=8, activation_checkpointing=False, collective_timeout_s=60
+    )
+    doomed = job(study_files, tmp_path, cfg, "doomed", lambda_reg=0.0, task="book", bench_cfg=bench)
+    spec = tmp_path / "doomed-job.json"
+    spec.write_text(doomed.to_json())
+    code = (
+        "import sys; from pipeline.train.finetune_job import FinetuneJob, run_on_ranks; "
+        "run_on_ranks(FinetuneJob.from_json(open(sys.argv[1]).read()), 2, sys.argv[2])"
+    )
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(spec), str(tmp_path / "launch.json")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    output, killed = [], None
+    for line in proc.stdout:  # the last step's ID validation: training is over, evaluation begins
+        output.append(line)
+        if killed is None and re.search(r"step 8 \(epoch [\d.]+\): ID validation", line):
+            ranks = [
+                p
+                for p in psutil.Process(proc.pid).children(recursive=True)
+                if "finetune_job" in " ".join(p.cmdline())
+            ]
+            victim = next(p for p in ranks if p.environ().get("RANK") == "1")
+            victim.kill()
+            killed = time.monotonic()
+    proc.wait(timeout=180)
+    text = "".join(output)
+    assert killed is not None, text[-3000:]
+    assert proc.returncode != 0 and "2-rank job" in text and "failed with exit status" in text, text[-3000:]
+    assert time.monotonic() - killed < cfg.collective_timeout_s + 30, text[-3000:]
+    assert not Path(doomed.metrics_path).exists()
+    assert (Path(doomed.state_dir) / "train" / ".metadata").is_file()  # resumable
+    run_on_ranks(doomed, 2, tmp_path / "rerun.json")
+    rows = pd.read_parquet(doomed.metrics_path)
+    assert json.loads(rows["extra"].iloc[0])["steps"] == 8 and (rows["eval_data"] == "benchmark:copa").any()
+    assert time.monotonic() - t0 < 600
