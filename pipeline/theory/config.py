@@ -160,11 +160,18 @@ def validate_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """
     import numpy as np
 
+    from pipeline.theory.spectra import make_spectrum
+
     c = check_config(cfg)
-    spectra = {name: np.asarray(s, dtype=np.float64) for name, s in c["spectra"].items()}
+    spectra = {
+        name: make_spectrum(spec, c["d"], f"theory.spectra.{name}") for name, spec in cfg["spectra"].items()
+    }
     tasks = {
-        name: {"pretrain": t["pretrain"], "sigma_ft": np.asarray(t["sigma_ft"], dtype=np.float64)}
-        for name, t in c["tasks"].items()
+        name: {
+            "pretrain": task["pretrain"],
+            "sigma_ft": make_spectrum(task["spectrum"], c["d"], f"theory.finetune.tasks.{name}.spectrum"),
+        }
+        for name, task in cfg["finetune"]["tasks"].items()
     }
     for name, t in c["tasks"].items():
         gamma_bound = max(c["spectra"][t["pretrain"]][0], t["sigma_ft"][0])  # Γ of eq. (12)

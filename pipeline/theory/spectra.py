@@ -18,8 +18,17 @@ def mT(x: Array) -> Array:
 
 
 def make_spectrum(spec: Mapping[str, Any], d: int, name: str = "spectrum") -> Array:
-    """σ₁ > … > σ_d from a spec as a float64 array (config.spectrum_values: the kinds and checks)."""
-    return np.asarray(spectrum_values(spec, d, name), dtype=np.float64)
+    """σ₁ > … > σ_d from a spec as a float64 array: checked by config.spectrum_values (the kinds,
+    their errors), computed here with numpy's powers (the values the stage has always run on; Python's
+    `**` can differ in the last bit, which the gradient flow from e^-τ amplifies)."""
+    spectrum_values(spec, d, name)
+    i = np.arange(d, dtype=np.float64)
+    top = float(spec.get("top", 1.0))
+    if spec["kind"] == "geometric":
+        return top * float(spec["ratio"]) ** i
+    if spec["kind"] == "power":
+        return top * (i + 1.0) ** (-float(spec["exponent"]))
+    return np.asarray(spec["values"], dtype=np.float64)
 
 
 def misalignment_r(sigma_pre: Array, sigma_ft: Array, alpha: float) -> int:
