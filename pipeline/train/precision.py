@@ -4,9 +4,10 @@
 - bf16-mixed: float32 master weights and AdamW state, bfloat16 compute, loss and logits in
   float32. One process: `torch.autocast` around the forward pass (the optimizer sees float32
   parameters and gradients). Sharded (FSDP2): `MixedPrecisionPolicy(param_dtype=bf16,
-  reduce_dtype=fp32)` on float32 parameters, the output layer in float32. Peers keep float32
-  master weights for the same reason: AdamW on bf16 weights loses small updates and has been
-  reported to diverge (../shared/peers.md).
+  reduce_dtype=fp32)` on float32 parameters, the output layer in float32. Master weights stay in
+  float32 because bf16 keeps 8 significant bits: an update below ~2^-8 of a weight rounds away
+  (Kalamkar et al., 2019, "A Study of BFLOAT16 for Deep Learning Training", arXiv:1905.12322,
+  trains with float32 master weights for this reason).
 """
 
 from __future__ import annotations

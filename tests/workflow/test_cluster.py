@@ -84,7 +84,8 @@ def test_a_sharded_job_asks_for_one_gpu_per_rank_and_host_memory_for_each():
     assert (cpu["gpu"], cpu["ranks"]) == (0, 2)  # gloo processes
     two_ranks = job("finetune", {"gpu": 2, "ranks": 2}, checkpoint=HUB.name)
     check_cluster_jobs([two_ranks], "slurm", "cuda", CHECKPOINTS)
-    # the executor plugin maps `tasks` of a GPU job to --ntasks-per-gpu: 2 one-GPU tasks (peers.md)
+    # the executor plugin maps `tasks` of a GPU job to --ntasks-per-gpu: 2 one-GPU tasks
+    # (snakemake-executor-plugin-slurm issues #316, #459)
     as_tasks = job("finetune", {"gpu": 2, "ranks": 2, "tasks": 1}, checkpoint=HUB.name)
     with pytest.raises(WorkflowError, match="--ntasks-per-gpu .* remove tasks for finetune"):
         check_cluster_jobs([as_tasks], "slurm", "cuda", CHECKPOINTS)
