@@ -51,6 +51,15 @@ def check_spectrum(sigma: Iterable[float], name: str = "spectrum") -> list[float
     return s
 
 
+def spectrum_formula(spec: Mapping[str, Any], i):
+    """σ at 0-based index `i` of a geometric or power spec: a float, or a numpy array of indices
+    (pipeline/theory/spectra.py: the stage's values come from numpy's powers)."""
+    top = float(spec.get("top", 1.0))
+    if spec["kind"] == "geometric":
+        return top * float(spec["ratio"]) ** i
+    return top * (i + 1.0) ** (-float(spec["exponent"]))
+
+
 def spectrum_values(spec: Mapping[str, Any], d: int, name: str = "spectrum") -> list[float]:
     """σ₁ > … > σ_d from a spec, checked.
 
@@ -61,11 +70,11 @@ def spectrum_values(spec: Mapping[str, Any], d: int, name: str = "spectrum") -> 
     if kind == "geometric":
         ratio = float(spec["ratio"])
         _require(0.0 < ratio < 1.0, f"{name}: geometric ratio must be in (0, 1), got {ratio}")
-        s = [float(spec.get("top", 1.0)) * ratio**i for i in range(d)]
+        s = [spectrum_formula(spec, float(i)) for i in range(d)]
     elif kind == "power":
         exponent = float(spec["exponent"])
         _require(exponent > 0, f"{name}: power exponent must be > 0, got {exponent}")
-        s = [float(spec.get("top", 1.0)) * (i + 1.0) ** -exponent for i in range(d)]
+        s = [spectrum_formula(spec, float(i)) for i in range(d)]
     elif kind == "values":
         s = [float(v) for v in spec["values"]]
         _require(len(s) == d, f"{name}: {len(s)} values given for d = {d}")

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.theory.config import spectrum_values
+from pipeline.theory.config import spectrum_formula, spectrum_values
 
 Array = np.ndarray
 
@@ -19,16 +19,12 @@ def mT(x: Array) -> Array:
 
 def make_spectrum(spec: Mapping[str, Any], d: int, name: str = "spectrum") -> Array:
     """σ₁ > … > σ_d from a spec as a float64 array: checked by config.spectrum_values (the kinds,
-    their errors), computed here with numpy's powers (the values the stage has always run on; Python's
-    `**` can differ in the last bit, which the gradient flow from e^-τ amplifies)."""
+    their errors), computed by config.spectrum_formula with numpy's powers: the values the stage has
+    always run on (Python's `**` can differ in the last bit, which the flow from e^-τ amplifies)."""
     spectrum_values(spec, d, name)
-    i = np.arange(d, dtype=np.float64)
-    top = float(spec.get("top", 1.0))
-    if spec["kind"] == "geometric":
-        return top * float(spec["ratio"]) ** i
-    if spec["kind"] == "power":
-        return top * (i + 1.0) ** (-float(spec["exponent"]))
-    return np.asarray(spec["values"], dtype=np.float64)
+    if spec["kind"] == "values":
+        return np.asarray(spec["values"], dtype=np.float64)
+    return spectrum_formula(spec, np.arange(d, dtype=np.float64))
 
 
 def misalignment_r(sigma_pre: Array, sigma_ft: Array, alpha: float) -> int:
