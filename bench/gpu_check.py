@@ -355,7 +355,7 @@ def step_study(args, device: torch.device) -> dict:
     import yaml
     from gpu_kit_data import kit_config
 
-    from pipeline.models.checkpoints import default_dtype
+    from pipeline.models.checkpoints import default_dtype, dtype_name
     from pipeline.workflow.layout import METRICS, study_dir
 
     config = kit_study_config(args, device)
@@ -376,7 +376,7 @@ def step_study(args, device: torch.device) -> dict:
     missing = [pair for pair in STUDY_ROWS if pair not in have]
     if missing:
         raise RuntimeError(f"the metrics table lacks rows of {missing}")
-    dtype = str(default_dtype(device)).removeprefix("torch.")
+    dtype = dtype_name(default_dtype(device))
     evaluated = metrics[
         metrics["eval_data"].isin(["pretrain", "mbpp"]) | metrics["eval_data"].str.startswith("benchmark:")
     ]
@@ -530,6 +530,8 @@ def step_torchrun(args, device: torch.device) -> dict:
 def step_generation(args, device: torch.device) -> dict:
     """HF `generate` (greedy, KV cache) of the model in bf16 on CUDA (float32 on CPU): tokens/s of
     `--gen-new-tokens` new tokens after a `--gen-prompt`-token prompt, per batch size."""
+    from pipeline.models.checkpoints import dtype_name
+
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     model = fresh_model(args.model, device).to(dtype).eval()
     gen = torch.Generator().manual_seed(0)
@@ -552,7 +554,7 @@ def step_generation(args, device: torch.device) -> dict:
         seconds = time.perf_counter() - t0
         assert out.shape == (batch, args.gen_prompt + new), out.shape
         rates[str(batch)] = batch * new / seconds
-    return {"dtype": str(dtype).removeprefix("torch."), "new_tokens": new, "tokens_per_s": rates}
+    return {"dtype": dtype_name(dtype), "new_tokens": new, "tokens_per_s": rates}
 
 
 # --- the run ------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import torch
 from pipeline.data.chat import default_chat_spans, has_chat_template, prefix_token
 from pipeline.data.tasks import ChatItem, Message
 from pipeline.judge.config import GenerationConfig
+from pipeline.models.checkpoints import dtype_name
 from pipeline.ranks import SINGLE, Ranks, map_shared
 
 log = logging.getLogger(__name__)
@@ -196,7 +197,7 @@ def write_responses(
         n_tokens=[r["n_tokens"] for r in responses],
         generator=generator_label(identity),
         generation=json.dumps(asdict(cfg), sort_keys=True),
-        dtype=str(next(model.parameters()).dtype).removeprefix("torch."),
+        dtype=dtype_name(model),
         **identity,
     )
     write_parquet(out, df)

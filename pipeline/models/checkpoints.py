@@ -153,9 +153,10 @@ def default_dtype(device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def dtype_name(model: torch.nn.Module) -> str:
-    """The dtype of `model`'s parameters as the rows record it (`extra.dtype`), e.g. "bfloat16"."""
-    return str(next(model.parameters()).dtype).removeprefix("torch.")
+def dtype_name(of: torch.nn.Module | torch.dtype) -> str:
+    """A dtype, or that of a model's parameters, as the rows record it (`extra.dtype`): "bfloat16"."""
+    dtype = next(of.parameters()).dtype if hasattr(of, "parameters") else of
+    return str(dtype).removeprefix("torch.")
 
 
 def load_checkpoint(
