@@ -678,6 +678,7 @@ def main() -> None:
     info = preflight(args)
     args.work = Path(tempfile.mkdtemp(prefix="gpu-check-"))  # configs, the torchrun step's job files
     args.logs = args.out.resolve().parent if args.out else args.work  # the study's log, beside the JSON
+    args.logs.mkdir(parents=True, exist_ok=True)
     device = torch.device(args.device)
     report: dict = {
         "device": torch.cuda.get_device_name(device)
