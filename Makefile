@@ -24,8 +24,9 @@ data/packages/.fetched: envs/data-packages.txt envs/fetch_data_packages.sh envs/
 study: setup
 	.venv/bin/snakemake --cores $(CORES)
 
-# Debian packages of the SLURM test cluster (tests/test_slurm.py), pinned in envs/apt-packages.txt;
-# installs as root only what is missing. SKIP_APT=1 skips it (the cluster test then skips, unless CI=true).
+# Debian packages of the SLURM test cluster (tests/workflow/test_slurm.py), pinned in
+# envs/apt-packages.txt; installs as root only what is missing. SKIP_APT=1 skips it (the cluster
+# test then skips, unless CI=true).
 apt-packages:
 	@if [ -n "$(SKIP_APT)" ]; then echo "SKIP_APT set: not installing envs/apt-packages.txt"; \
 	else bash envs/install_apt_packages.sh envs/apt-packages.txt; fi
@@ -42,8 +43,9 @@ DOCS_STUDY ?= results/default
 docs: setup
 	$(PY) -m pipeline.analysis.readme_tables $(DOCS_STUDY)
 
-# Offline demo of the hub path (issue 4): the packaged SmolLM2-135M exported into a local hub cache,
-# then perturbed and scored on perplexity + the lm-eval suite (config/demo-smollm2.yaml).
+# Offline demo of the hub path (docs/checkpoints.md, 'The offline stand-in'): the packaged
+# SmolLM2-135M exported into a local hub cache, then perturbed and scored on perplexity + the
+# lm-eval suite (config/demo-smollm2.yaml).
 STANDIN := data/hub-cache/models--HuggingFaceTB--SmolLM2-135M-Instruct/refs/main
 
 $(STANDIN): | setup
@@ -52,7 +54,7 @@ $(STANDIN): | setup
 demo: setup $(STANDIN)
 	.venv/bin/snakemake --cores $(CORES) --configfile config/demo-smollm2.yaml
 
-# The judged instruction-following metric offline (issue 13, docs/alpaca-eval.md): the stand-in
+# The judged instruction-following metric offline (docs/alpaca-eval.md): the stand-in
 # instruction-tuned at two learning rates, judged by itself against the reference run.
 alpaca-eval-demo: setup $(STANDIN)
 	.venv/bin/snakemake --cores $(CORES) --configfile config/alpaca-eval-demo.yaml

@@ -2,7 +2,7 @@
 
 1. Metrics: one fine-tuning job of a study run in this process and on N ranks (torchrun, the
    pipeline's own launcher): pre-training perplexity, ID perplexity, ‖θ_ft − θ_pre‖ and their
-   relative differences (issue 12's target: <= 1e-4).
+   relative differences (target: <= 1e-4; docs/benchmarks.md, '2 gloo ranks vs 1 process').
 2. Memory: the bytes each rank holds of parameters, gradients and AdamW state after its first
    optimiser step (the training loop measures them), for 1 and N ranks: sharding should divide
    them by N (up to padding of dimensions that N does not divide).

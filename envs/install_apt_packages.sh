@@ -26,7 +26,7 @@ fi
 
 if [[ $(id -u) -ne 0 ]]; then
     echo "error: $list: ${missing[*]} not installed (at the pinned version), and installing needs root." >&2
-    echo "       Run 'sudo make apt-packages' once, or 'make test SKIP_APT=1' to skip it (tests/test_slurm.py is then skipped, except with CI=true)." >&2
+    echo "       Run 'sudo make apt-packages' once, or 'make test SKIP_APT=1' to skip it (tests/workflow/test_slurm.py is then skipped, except with CI=true)." >&2
     exit 1
 fi
 if ! command -v apt-get > /dev/null; then

@@ -1,10 +1,11 @@
 """A job on N ranks: `torchrun --standalone --nproc-per-node N` started inside the job.
 
 On SLURM the job is one task holding N GPUs (profiles/slurm; not N tasks of one GPU each: the
-executor plugin would start the whole job script once per task); on a CPU, N gloo processes share the
-job's threads. The job's arguments travel as a JSON file; each rank runs the module's `main`, and
-rank 0 alone writes the outputs. `--max-restarts 0`: a rank that dies ends the others (torchrun
-stops the group) and the job fails with its exit status, never hangs.
+executor plugin turns a GPU job's `tasks` into `--ntasks-per-gpu` and would start the whole job
+script once per task, snakemake-executor-plugin-slurm issues #316, #459); on a CPU, N gloo
+processes share the job's threads. The job's arguments travel as a JSON file; each rank runs the
+module's `main`, and rank 0 alone writes the outputs. `--max-restarts 0`: a rank that dies ends
+the others (torchrun stops the group) and the job fails with its exit status, never hangs.
 """
 
 from __future__ import annotations
