@@ -58,9 +58,30 @@ def registry_enums() -> dict[str, list[str]]:
     }
 
 
-def load_schema(path: str | Path) -> dict:
-    """The config schema with each `x-registry` marker replaced by the registry's names as an `enum`."""
-    return _fill_registries(yaml.safe_load(Path(path).read_text()), registry_enums())
+def load_schema(path: str | Path, registries: bool = True) -> dict:
+    """The config schema as one dict: each `$ref` to a file (config/schema/<section>.yaml) replaced by
+    that file, and (registries) each `x-registry` marker by the registry's names as an `enum`."""
+    path = Path(path)
+    schema = _inline(yaml.safe_load(path.read_text()), path.parent, "")
+    return _fill_registries(schema, registry_enums()) if registries else schema
+
+
+def _inline(node: Any, base: Path, root: str, at: str = "") -> Any:
+    """`node` (at JSON pointer `at` of the whole schema, in a file in folder `base` that lands at
+    `root`) with each file `$ref` replaced by that file and each local ref (#/a/b) re-rooted (#<root>/a/b)."""
+    if isinstance(node, list):
+        return [_inline(v, base, root, f"{at}/{i}") for i, v in enumerate(node)]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and not ref.startswith("#"):
+        if len(node) != 1:
+            raise ValueError(f"schema: a file $ref ({ref}) takes no sibling keys")
+        file = base / ref
+        return _inline(yaml.safe_load(file.read_text()), file.parent, at, at)
+    if isinstance(ref, str) and ref.startswith("#/"):
+        node = {**node, "$ref": f"#{root}{ref[1:]}"}
+    return {k: _inline(v, base, root, f"{at}/{k}") if k != "$ref" else v for k, v in node.items()}
 
 
 def _fill_registries(node: Any, enums: dict[str, list[str]]) -> Any:

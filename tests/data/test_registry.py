@@ -7,8 +7,6 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import yaml
-
 from pipeline.data import tasks as T
 from pipeline.data.packages import PINS
 
@@ -16,7 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _schema() -> dict:
-    return yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
+    """The schema as written (config/schema.yaml and its section files), markers unfilled."""
+    from pipeline.workflow.config import load_schema
+
+    return load_schema(ROOT / "config" / "schema.yaml", registries=False)
 
 
 def _enums(node, path: str = "") -> Iterator[tuple[str, list]]:

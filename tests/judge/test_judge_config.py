@@ -4,8 +4,6 @@
 from dataclasses import MISSING, fields
 from pathlib import Path
 
-import yaml
-
 from pipeline.judge.config import (
     AlpacaEvalConfig,
     GenerationConfig,
@@ -14,14 +12,17 @@ from pipeline.judge.config import (
     ReferenceRun,
 )
 from pipeline.workflow.cluster import JUDGE_RESOURCES
+from pipeline.workflow.config import load_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def schema_properties(section: str) -> dict:
+    return load_schema(ROOT / "config" / "schema.yaml")["properties"][section]["properties"]
+
+
 def schema_section() -> dict:
-    return yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())["properties"]["alpaca_eval"][
-        "properties"
-    ]
+    return schema_properties("alpaca_eval")
 
 
 def defaults(cls) -> dict:
@@ -56,5 +57,5 @@ def test_the_default_judge_is_the_papers():
 def test_select_metric_enum_is_the_selection_registry():
     from pipeline.sweeps.lr_search import SELECTIONS
 
-    ft = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())["properties"]["finetune"]["properties"]
+    ft = schema_properties("finetune")
     assert ft["select_metric"]["enum"] == list(SELECTIONS) and ft["select_metric"]["default"] == "ppl"
