@@ -24,11 +24,11 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from pipeline import layout
 from pipeline.analysis.stats import selection_scores
 from pipeline.models.checkpoints import study_checkpoints
 from pipeline.models.presets import format_hparam
 from pipeline.sweeps import lr_search
-from pipeline.workflow import layout
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -355,8 +355,8 @@ def step_study(args, device: torch.device) -> dict:
     import yaml
     from gpu_kit_data import kit_config
 
+    from pipeline.layout import METRICS, study_dir
     from pipeline.models.checkpoints import default_dtype, dtype_name
-    from pipeline.workflow.layout import METRICS, study_dir
 
     config = kit_study_config(args, device)
     results = ROOT / study_dir(config["study"])
@@ -449,11 +449,11 @@ def step_torchrun(args, device: torch.device) -> dict:
     on one torchrun rank (NCCL on CUDA); then on that rank stopped as if killed and resumed."""
     import pandas as pd
 
+    from pipeline.layout import TASK_TABLE, study_path
     from pipeline.models.checkpoints import sweep_checkpoints
     from pipeline.train.config import FinetuneConfig, execution
     from pipeline.train.finetune_job import FinetuneJob, run_in_process, run_on_ranks
     from pipeline.workflow.config import eval_config
-    from pipeline.workflow.layout import TASK_TABLE, study_path
     from pipeline.workflow.params import finetune_bench, finetune_params
 
     config = kit_study_config(args, device)

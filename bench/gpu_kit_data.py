@@ -79,8 +79,8 @@ def write_benchmark_data(out: Path, tasks: list[str], package_dir: Path) -> None
 
 def write_judge(out: Path, data: Path) -> str:
     """Pre-train the kit study's smallest model here (CPU) and lay it out as the judge's snapshot."""
+    from pipeline import layout
     from pipeline.models.hub import snapshot_into_cache
-    from pipeline.workflow import layout
 
     with tempfile.TemporaryDirectory(prefix="gpu-kit-judge-") as tmp:
         cfg = kit_config(data, "cpu", study="gpu-kit-judge")

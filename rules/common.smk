@@ -5,7 +5,8 @@ from dataclasses import asdict
 from snakemake.logging import logger
 
 from pipeline.data.tasks import TASK_NAMES
-from pipeline.workflow import cluster, layout, targets
+from pipeline import layout
+from pipeline.workflow import cluster, targets
 from pipeline.workflow.config import (
     alpaca_eval_config,
     alpaca_eval_enabled,
@@ -20,7 +21,7 @@ from pipeline.workflow.config import (
     reference_checkpoint,
     task_settings,
 )
-from pipeline.workflow.figures import figures_of_rule
+from pipeline.analysis.figure_registry import figures_of_rule
 from pipeline.workflow.params import (
     checkpoint_params,
     curvature_eval,

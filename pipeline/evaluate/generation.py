@@ -19,7 +19,7 @@ import torch
 
 from pipeline.data.chat import default_chat_spans, has_chat_template, prefix_token
 from pipeline.data.tasks import ChatItem, Message
-from pipeline.judge.config import GenerationConfig
+from pipeline.evaluate.generation_config import GenerationConfig
 from pipeline.models.checkpoints import dtype_name
 from pipeline.ranks import SINGLE, Ranks, map_shared
 

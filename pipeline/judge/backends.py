@@ -135,7 +135,7 @@ def hf_local_backend(cfg: JudgeConfig, evaluator: dict, model, tokenizer) -> Com
     from alpaca_eval.utils import prompt_to_chatml
 
     from pipeline.evaluate.generation import generate_responses
-    from pipeline.judge.config import GenerationConfig
+    from pipeline.evaluate.generation_config import GenerationConfig
 
     top_k = int(evaluator.get("completions_kwargs", {}).get("top_logprobs", 5))
     text_cfg = GenerationConfig(max_new_tokens=answer_tokens(cfg, evaluator), batch_size=cfg.batch_size)

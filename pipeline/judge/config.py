@@ -16,6 +16,8 @@ from typing import Any
 
 import yaml
 
+from pipeline.evaluate.generation_config import GenerationConfig
+
 EVAL_DATA, EVAL_SPLIT = "alpaca_eval", "eval"  # the judged metric's rows in the metrics table
 BACKENDS = ("hf_local", "openai")
 # the parsers whose answers this module knows how to ask for: text parsers read a generated
@@ -65,25 +67,6 @@ def evaluator_config(annotator: str) -> dict[str, Any]:
         )
     base = path.parent if local.suffix in (".yaml", ".yml") else evaluators_dir()
     return {**cfg, "prompt_template": str(base / cfg["prompt_template"]), "fn_completion_parser": parser}
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    """How responses are generated (config `alpaca_eval.generation`; every field changes the
-    responses; pipeline/evaluate/generation.py generates them)."""
-
-    max_new_tokens: int = 256
-    batch_size: int = 8
-    do_sample: bool = False  # False: greedy
-    temperature: float = 0.7  # with do_sample
-    top_p: float = 0.9  # with do_sample
-    seed: int = 0  # with do_sample: the sampling generator's seed
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1 or self.batch_size < 1:
-            raise ValueError("generation: max_new_tokens and batch_size must be >= 1")
-        if self.do_sample and not (self.temperature > 0 and 0 < self.top_p <= 1):
-            raise ValueError("generation: sampling needs temperature > 0 and 0 < top_p <= 1")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline.workflow.layout import PRETRAIN_RUN, study_path
+from pipeline.layout import PRETRAIN_RUN, study_path
 
 if TYPE_CHECKING:  # torch is imported lazily: the Snakefile imports this module at parse time
     import torch

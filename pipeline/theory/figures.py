@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipeline.analysis.figure_registry import figure_names
 from pipeline.theory.spectra import Array
-from pipeline.workflow.figures import figure_names
 
-FIGURE_STEMS = figure_names("theory")  # the registry (pipeline/workflow/figures.py) declares them
+FIGURE_STEMS = figure_names("theory")  # the registry (pipeline/analysis/figure_registry.py) declares them
 
 
 def unpack_extra(df: pd.DataFrame) -> pd.DataFrame:

@@ -9,11 +9,12 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from pipeline import layout
+from pipeline.analysis.figure_registry import figures_of_stage
 from pipeline.data.corpus import EMBEDDED_PACKAGES
 from pipeline.data.tasks import TASK_NAMES, task_files
 from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.models.presets import format_hparam
-from pipeline.workflow import layout
 from pipeline.workflow.config import (
     alpaca_eval_config,
     alpaca_eval_enabled,
@@ -27,7 +28,6 @@ from pipeline.workflow.config import (
     task_settings,
     theory_enabled,
 )
-from pipeline.workflow.figures import figures_of_stage
 
 Checkpoints = dict[str, CheckpointSpec]
 

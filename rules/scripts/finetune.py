@@ -3,11 +3,11 @@ memory; in this process, or on `resources.ranks` processes (FSDP2 under torchrun
 
 from pathlib import Path
 
+from pipeline.layout import TOKEN_CACHE, study_path
 from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.runtime import setup_logging
 from pipeline.train.config import FinetuneConfig, execution
 from pipeline.train.finetune_job import FinetuneJob, run_in_process, run_on_ranks
-from pipeline.workflow.layout import TOKEN_CACHE, study_path
 
 setup_logging(snakemake.log[0])
 wc = snakemake.wildcards

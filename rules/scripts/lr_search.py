@@ -6,11 +6,11 @@ import logging
 from pathlib import Path
 
 from pipeline.io import write_parquet
+from pipeline.layout import FINETUNE_BENCHMARK, study_path
 from pipeline.models.presets import format_hparam
 from pipeline.runtime import setup_logging
 from pipeline.sweeps import lr_search
 from pipeline.sweeps.search_rounds import benchmark_seconds, cost_table, path_table
-from pipeline.workflow.layout import FINETUNE_BENCHMARK, study_path
 
 setup_logging(snakemake.log[0])
 p = snakemake.params

@@ -4,9 +4,9 @@
 from dataclasses import MISSING, fields
 from pathlib import Path
 
+from pipeline.evaluate.generation_config import GenerationConfig
 from pipeline.judge.config import (
     AlpacaEvalConfig,
-    GenerationConfig,
     InstructionSet,
     JudgeConfig,
     ReferenceRun,

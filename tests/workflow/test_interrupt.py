@@ -23,8 +23,8 @@ from workflow_utils import (
     write_config,
 )
 
+from pipeline import layout
 from pipeline.runtime import INTERRUPTED
-from pipeline.workflow import layout
 
 STUDY = "ci-interrupt"
 PAST_STEP_100 = re.compile(r"\[pretrain/tiny-262144\] step (1[5-9]|[2-4]\d)\d/512")  # logged every 50

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from workflow_utils import ROOT, SMOKE_STUDY, local_smoke_study, smoke_config, snakemake, write_config
 
-from pipeline.workflow.figures import FIGURES
+from pipeline.analysis.figure_registry import FIGURES
 
 # The theory stage at a fraction of its default cost (one seed, fewer draws and γ, population gradient).
 FAST_THEORY = {

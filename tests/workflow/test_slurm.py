@@ -38,8 +38,8 @@ from workflow_utils import (
     write_config,
 )
 
+from pipeline import layout
 from pipeline.tables import METRIC_COLUMNS
-from pipeline.workflow import layout
 
 PROFILE = ROOT / "profiles" / "slurm"
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "srun", "sinfo")

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from workflow_utils import ROOT, smoke_config, workflow_config
 
-from pipeline.workflow import layout, targets
+from pipeline import layout
+from pipeline.analysis.figure_registry import FIGURES, figures_of_stage
+from pipeline.workflow import targets
 from pipeline.workflow.config import check_config, load_schema, validate_config
-from pipeline.workflow.figures import FIGURES, figures_of_stage
 
 SCHEMA = load_schema(ROOT / "config" / "schema.yaml")
 
