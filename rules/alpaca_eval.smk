@@ -38,7 +38,7 @@ rule alpaca_eval_base:
         study_path("benchmarks/alpaca_eval/base/{checkpoint}.tsv")
     conda:
         "../envs/overtrain.yaml"
-    threads: finetune_section(config).get("threads", 1)
+    threads: config["finetune"]["threads"]
     resources:
         **preset_resources("perturb"),
     params:

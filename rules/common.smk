@@ -10,7 +10,6 @@ from pipeline.workflow import cluster, targets
 from pipeline.workflow.config import (
     alpaca_eval_config,
     alpaca_eval_enabled,
-    alpaca_eval_section,
     bench_config,
     check_config,
     curvature_section,
@@ -58,7 +57,7 @@ if workflow.is_main_process:
 CHECKPOINTS = check_config(config, check_benchmark_tasks=workflow.is_main_process)
 if workflow.is_main_process and finetune_enabled(config) and finetune_search(config):
     logger.info(targets.search_bound(config, CHECKPOINTS))  # a dry run shows the search's cost
-DEVICE = config.get("device", "auto")
+DEVICE = config["device"]
 FORMATS = config["analysis"]["figure_formats"]
 
 
@@ -179,7 +178,7 @@ def alpaca_eval_reference(config):
 
 
 def alpaca_eval_resources():
-    return cluster.judge_resources(alpaca_eval_section(config))
+    return cluster.judge_resources(alpaca_eval_config(config).resources)
 
 
 def check_judge(jobs):

@@ -16,7 +16,7 @@ rule curvature:
         study_path("benchmarks/curvature/{checkpoint}.tsv")
     conda:
         "../envs/overtrain.yaml"
-    threads: curvature_section(config).get("threads", 1)
+    threads: config["curvature"]["threads"]
     resources:
         **preset_resources("finetune"),
     params:

@@ -35,7 +35,7 @@ rule task_base:
         study_path("benchmarks/finetune/{checkpoint}/{task}/base.tsv")
     conda:
         "../envs/overtrain.yaml"
-    threads: finetune_section(config).get("threads", 1)
+    threads: config["finetune"]["threads"]
     resources:
         **preset_resources("perturb"),
     params:
@@ -62,7 +62,7 @@ rule finetune:
         study_path(layout.FINETUNE_BENCHMARK)
     conda:
         "../envs/overtrain.yaml"
-    threads: finetune_section(config).get("threads", 1)
+    threads: config["finetune"]["threads"]
     resources:
         **finetune_resources(),
     params:
@@ -94,7 +94,7 @@ rule finetune_analysis:
     resources:
         **fixed_resources(2000, 10),
     params:
-        select=finetune_section(config).get("select_metric", "ppl"),
+        select=config["finetune"]["select_metric"],
     script:
         "scripts/finetune_analysis.py"
 
@@ -118,7 +118,7 @@ rule finetune_figures:
     resources:
         **fixed_resources(2000, 10),
     params:
-        max_pretrain_ppl=config["analysis"].get("finetune_max_pretrain_ppl"),
+        max_pretrain_ppl=config["analysis"]["finetune_max_pretrain_ppl"],
     script:
         "scripts/finetune_figures.py"
 
@@ -190,6 +190,6 @@ rule lr_search:
         **fixed_resources(2000, 10),
     params:
         search=lr_search_params(config),
-        seeds=finetune_section(config).get("seeds"),
+        seeds=config["finetune"]["seeds"],
     script:
         "scripts/lr_search.py"

@@ -15,7 +15,7 @@ rule lm_eval:
         study_path("benchmarks/lm_eval/{checkpoint}.tsv")
     conda:
         "../envs/overtrain.yaml"
-    threads: config["perturb"].get("threads", 1)
+    threads: config["perturb"]["threads"]
     resources:
         **preset_resources("perturb"),
     params:

@@ -14,7 +14,7 @@ rule perturb:
         study_path("benchmarks/perturb/{checkpoint}.tsv")
     conda:
         "../envs/overtrain.yaml"
-    threads: config["perturb"].get("threads", 1)
+    threads: config["perturb"]["threads"]
     resources:
         **preset_resources("perturb"),
     params:

@@ -13,7 +13,7 @@ rule pretrain:
         study_path("benchmarks/pretrain/{model}-{budget}.tsv")
     conda:
         "../envs/overtrain.yaml"
-    threads: config["pretrain"].get("threads", 1)
+    threads: config["pretrain"]["threads"]
     resources:
         **preset_resources("pretrain"),
     params:

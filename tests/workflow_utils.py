@@ -18,6 +18,31 @@ SMOKE = ROOT / "tests" / "smoke" / "config.yaml"
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
+HEAVY = ("torch", "pandas", "numpy", "scipy", "matplotlib")  # no parse of the workflow may load them
+
+
+def parse_time_imports() -> list[str]:
+    """The modules the Snakefile and rules/*.smk import, and the whole workflow layer: what every
+    parse of the workflow (each dry run, each cluster job) imports."""
+    sources = [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))]
+    found = {m for f in sources for m in re.findall(r"^(?:from|import) ([\w.]+)", f.read_text(), re.M)}
+    found |= {
+        f"pipeline.{m}"
+        for f in sources
+        for m in re.findall(r"^from pipeline import (\w+)$", f.read_text(), re.M)
+    }
+    workflow = {f"pipeline.workflow.{p.stem}" for p in (ROOT / "pipeline" / "workflow").glob("[!_]*.py")}
+    return sorted(found | workflow)
+
+
+def in_fresh_process(modules: list[str], expression: str) -> str:
+    """`expression` printed by a fresh interpreter after importing `modules` (with `sys` at hand)."""
+    code = "\n".join(["import sys", *(f"import {m}" for m in modules), f"print({expression})"])
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout.strip()
+
+
 def smoke_config(**overrides) -> dict:
     """The smoke config with dotted-key overrides, e.g. {"perturb.gammas": [2, 3]}."""
     cfg = yaml.safe_load(SMOKE.read_text())
@@ -132,3 +157,33 @@ def kill_group(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def owned_by_dataclass(cls: type, props: dict) -> list[str]:
+    """How a section's schema (`props`: its properties) breaks the rule of config/schema.yaml for
+    the dataclass `cls` that owns its defaults: every field is a key of the schema, the schema has no
+    `default:` for it, and the field's default is a value the key's schema (type, enum, range) accepts.
+    Empty: they agree."""
+    import dataclasses
+
+    import jsonschema
+
+    def plain(value):
+        if dataclasses.is_dataclass(value):
+            return plain(dataclasses.asdict(value))
+        if isinstance(value, tuple | list):
+            return [plain(v) for v in value]
+        return {k: plain(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+    problems = []
+    for f in dataclasses.fields(cls):
+        if f.name not in props:
+            problems.append(f"{cls.__name__}.{f.name}: not a key of the schema")
+            continue
+        if "default" in props[f.name]:
+            problems.append(f"{f.name}: the schema has a default ({cls.__name__} owns it)")
+        if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+            value = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            for err in jsonschema.Draft202012Validator(props[f.name]).iter_errors(plain(value)):
+                problems.append(f"{cls.__name__}.{f.name} = {value!r}: the schema rejects it ({err.message})")
+    return problems

@@ -108,7 +108,7 @@ def study_tokenizer(train_texts: list[str], cfg: dict, task_texts: list[str] = (
     from pipeline.data.corpus import EXTRA_TOKENIZER_TEXTS
 
     extra = []
-    for name in cfg.get("extra_texts") or []:
+    for name in cfg["extra_texts"]:
         if name in EXTRA_TOKENIZER_TEXTS:
             extra += [d.text for d in EXTRA_TOKENIZER_TEXTS[name]()]
     return train_bpe(train_texts + extra + list(task_texts), cfg["vocab_size"])

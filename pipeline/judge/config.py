@@ -1,6 +1,8 @@
-"""The `alpaca_eval:` config section: the judge, the reference run, the instruction set and how
-responses are generated, with their defaults (the one place they live; the schema documents the
-keys, a test checks they agree).
+"""The `alpaca_eval:` config section: the judge, the reference run, the instruction set, how
+responses are generated (pipeline/evaluate/generation_config.py) and the judge job's resources,
+with their defaults and cross-key checks (the one place they live: config/schema/alpaca_eval.yaml
+has the keys' types, enums and ranges and no defaults; a test checks the two agree). An absent
+section is the defaults: the judged metric off.
 
 Light: the Snakefile reads it at parse time, so an unknown evaluator config, a parser this module
 cannot drive, or a reference run outside the grid fails before any job. alpaca-eval's evaluator
@@ -12,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -152,24 +154,42 @@ def _build(cls, section: dict | None, key: str):
 
 
 @dataclass(frozen=True)
+class JudgeResources:
+    """A judge job's resources (config `alpaca_eval.resources`; pipeline/workflow/cluster.py): an
+    endpoint judge needs no GPU, an hf_local 70B judge several. Changes no number."""
+
+    gpu: int = 0
+    mem_mb: int = 8000
+    runtime: int = 120  # minutes
+    threads: int = 1
+
+
+@dataclass(frozen=True)
 class AlpacaEvalConfig:
     """The whole section, parsed."""
 
+    PARTS: ClassVar[dict[str, type]] = {
+        "generation": GenerationConfig,
+        "judge": JudgeConfig,
+        "reference": ReferenceRun,
+        "instructions": InstructionSet,
+        "resources": JudgeResources,
+    }
+
+    enabled: bool = False  # the judged metric runs (with fine-tuning runs to judge)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)
     reference: ReferenceRun = field(default_factory=ReferenceRun)
     instructions: InstructionSet = field(default_factory=InstructionSet)
+    resources: JudgeResources = field(default_factory=JudgeResources)
     base: bool = True  # also judge each checkpoint's model before fine-tuning
 
     @classmethod
-    def from_section(cls, section: dict) -> AlpacaEvalConfig:
-        return cls(
-            generation=_build(GenerationConfig, section.get("generation"), "generation"),
-            judge=_build(JudgeConfig, section.get("judge"), "judge"),
-            reference=_build(ReferenceRun, section.get("reference"), "reference"),
-            instructions=_build(InstructionSet, section.get("instructions"), "instructions"),
-            base=bool(section.get("base", True)),
-        )
+    def from_section(cls, section: dict | None) -> AlpacaEvalConfig:
+        """The section (absent: None) with the defaults of every key it leaves out."""
+        section = section or {}
+        parts = {key: _build(part, section.get(key), key) for key, part in cls.PARTS.items()}
+        return cls(**parts, **{k: v for k, v in section.items() if k not in cls.PARTS})
 
 
 def judge_params(cfg: JudgeConfig) -> dict:

@@ -178,10 +178,10 @@ def plan_run(
         seq_len=seq_len,
         precision=resolve_precision(cfg.precision, "cuda"),
         activation_checkpointing=cfg.activation_checkpointing,
-        gpu_memory_gb=gpu.get("memory_gb", 80),
-        gpus_per_node=gpu.get("per_node", 8),
+        gpu_memory_gb=gpu["memory_gb"],
+        gpus_per_node=gpu["per_node"],
         micro_batch=cfg.micro_batch_size,
-        headroom=gpu.get("headroom", HEADROOM),
+        headroom=gpu["headroom"],
         gpus=gpus,
     )
 

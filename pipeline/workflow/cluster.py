@@ -17,6 +17,7 @@ from typing import Any
 
 from snakemake.exceptions import WorkflowError
 
+from pipeline.judge.config import JudgeResources
 from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.models.hub import HubRevisionError, check_hub_checkpoints
 from pipeline.models.presets import job_resources
@@ -75,7 +76,7 @@ def finetune_resources(device: str, checkpoints: Checkpoints, config: dict) -> d
     if not gpu_count(device):
         return preset_resources("finetune", device, checkpoints, finetune_ranks(config))
 
-    vocab = config.get("tokenizer", {}).get("vocab_size")
+    vocab = config["tokenizer"]["vocab_size"]
 
     @cache
     def plan(name: str) -> Plan:
@@ -94,7 +95,7 @@ def finetune_resources(device: str, checkpoints: Checkpoints, config: dict) -> d
         return host_mb(wildcards.checkpoint) * attempt
 
     base = preset_resources("finetune", device, checkpoints)
-    threads = int((config.get("finetune") or {}).get("threads", 1))
+    threads = int(config["finetune"]["threads"])
     return {
         "mem_mb": mem_mb,
         "runtime": base["runtime"],
@@ -225,16 +226,14 @@ def check_hub_jobs(jobs: Iterable, checkpoints: Checkpoints) -> None:
 # --- the judge (alpaca_eval): its own resources, not its checkpoint's ------------------------------
 
 JUDGE_RULE = "alpaca_eval_judge"
-JUDGE_RESOURCES = {"gpu": 0, "mem_mb": 8000, "runtime": 120, "threads": 1}  # alpaca_eval.resources defaults
 
 
-def judge_resources(section: dict) -> dict[str, Any]:
+def judge_resources(r: JudgeResources) -> dict[str, Any]:
     """threads and resources of a judge job (alpaca_eval.resources): an endpoint judge needs no GPU,
     an hf_local 70B judge several (its layers spread over them); mem_mb and runtime grow with the attempt."""
-    r = {**JUDGE_RESOURCES, **(section.get("resources") or {})}
     return {
-        "threads": int(r["threads"]),
-        "resources": {**fixed_resources(int(r["mem_mb"]), int(r["runtime"])), "gpu": int(r["gpu"])},
+        "threads": int(r.threads),
+        "resources": {**fixed_resources(int(r.mem_mb), int(r.runtime)), "gpu": int(r.gpu)},
     }
 
 

@@ -3,6 +3,16 @@ declares, the checks a schema cannot express, and the settings the rules read fr
 
 Every error names the key path, what was given and what was expected, in a line or two (a
 failing `oneOf` is described by the branch the value meant, not by the whole schema).
+
+One owner per default (config/schema.yaml states it too):
+- a key that is a field of its section's dataclass (PretrainConfig, FinetuneConfig, CurvatureConfig,
+  AlpacaEvalConfig and its parts, the search's lr_search.DEFAULTS): the dataclass owns the default
+  and the cross-key checks, the schema the type, enum and range (and no `default:`); code reads the
+  dataclass built from the section (`hyperparameters`, `alpaca_eval_config`).
+- any other key: the schema owns the default, filled once here by `validate_config`; code reads
+  `config[section][key]` and repeats no default. The sections that always exist are required by the
+  schema (or default to {}); `alpaca_eval` may be absent (read through its dataclass).
+The checks below are only those a schema cannot express (cross-key, files, registries, plans).
 """
 
 from __future__ import annotations
@@ -267,8 +277,7 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
             FinetuneConfig(**hyperparameters(FinetuneConfig, finetune_section(config)))
         if curvature_enabled(config):
             CurvatureConfig(**hyperparameters(CurvatureConfig, curvature_section(config)))
-        if config.get("theory"):  # enabled or not: its job can still be asked for by its output
-            check_theory(config["theory"])
+        check_theory(config["theory"])  # enabled or not: its job can still be asked for by its output
     except (ValueError, KeyError) as err:
         raise ConfigError(f"invalid config: {err}") from None
     for spec in specs:
@@ -280,14 +289,14 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
     if config["tokenizer"]["kind"] == "file" and not config["tokenizer"].get("path"):
         raise ConfigError("invalid config: tokenizer.path is required when tokenizer.kind is 'file'")
     check_ranks(config)
-    if config.get("device") == "cuda" and finetune_enabled(config):
+    if config["device"] == "cuda" and finetune_enabled(config):
         check_plans(config, specs)
     check_grid("finetune.learning_rates", finetune_lrs(config))
-    check_grid("finetune.lambdas", finetune_section(config).get("lambdas", [0.0]))
+    check_grid("finetune.lambdas", config["finetune"]["lambdas"])
     check_tasks(config)
     if alpaca_eval_enabled(config):
         check_alpaca_eval(config, specs)
-    elif finetune_enabled(config) and finetune_section(config).get("select_metric") == "win_rate":
+    elif finetune_enabled(config) and config["finetune"]["select_metric"] == "win_rate":
         raise ConfigError(
             "invalid config: finetune.select_metric: win_rate needs the judged metric "
             "(alpaca_eval.enabled: true)"
@@ -305,16 +314,16 @@ def check_ranks(config: dict) -> None:
     """finetune.ranks fits one node's GPUs (device cuda) and divides the global batch; a sharded
     job supports what it does (pipeline/train/placement.py: the curvature line needs the whole
     model in one process)."""
-    ranks, ft = finetune_ranks(config), finetune_section(config)
-    per_node = (config.get("gpu") or {}).get("per_node", 8)
-    if config.get("device") == "cuda" and ranks > per_node:
+    ranks, ft = finetune_ranks(config), config["finetune"]
+    per_node = config["gpu"]["per_node"]
+    if config["device"] == "cuda" and ranks > per_node:
         raise ConfigError(
             f"invalid config: finetune.ranks {ranks} is more GPUs than a node has (gpu.per_node {per_node}); "
             "a job runs on one node"
         )
-    if finetune_enabled(config) and ft.get("batch_size", 64) % ranks:
+    if finetune_enabled(config) and ft["batch_size"] % ranks:
         raise ConfigError(
-            f"invalid config: finetune.batch_size {ft.get('batch_size', 64)} cannot be split evenly over "
+            f"invalid config: finetune.batch_size {ft['batch_size']} cannot be split evenly over "
             f"finetune.ranks {ranks}"
         )
     if finetune_enabled(config) and ranks > 1 and curvature_enabled(config):
@@ -341,8 +350,8 @@ def check_plans(config: dict, specs: Iterable[CheckpointSpec]) -> None:
 def check_tasks(config: dict) -> None:
     """The data settings of every task a job reads (fine-tuning, tokenizer.extra_texts), e.g. a
     chat task without source hub, fail here rather than in a job."""
-    names = list(finetune_section(config).get("tasks") or []) if finetune_enabled(config) else []
-    extra = config["tokenizer"].get("extra_texts") or []
+    names = list(config["finetune"]["tasks"]) if finetune_enabled(config) else []
+    extra = config["tokenizer"]["extra_texts"]
     names += [n for n in extra if n in TASK_NAMES and n not in names]
     for name in names:
         try:
@@ -354,7 +363,7 @@ def check_tasks(config: dict) -> None:
 def check_alpaca_eval(config: dict, specs: list[CheckpointSpec]) -> None:
     """The judged metric can run: a valid judge and generation config, a fine-tuning grid (every
     run known before judging), the reference run in that grid, a chat task for task instructions."""
-    ft, key = finetune_section(config), "invalid config: alpaca_eval"
+    ft, key = config["finetune"], "invalid config: alpaca_eval"
     try:
         section = alpaca_eval_config(config)
         section.judge.evaluator  # noqa: B018 -- reads and checks the evaluator config
@@ -370,8 +379,8 @@ def check_alpaca_eval(config: dict, specs: list[CheckpointSpec]) -> None:
     grid = {
         "checkpoint": (reference_checkpoint(config, specs), names),
         "learning_rate": (format_hparam(ref.learning_rate), [format_hparam(x) for x in finetune_lrs(config)]),
-        "seed": (ref.seed, list(ft.get("seeds") or [])),
-        "lambda_reg": (format_hparam(ref.lambda_reg), [format_hparam(x) for x in ft.get("lambdas", [0.0])]),
+        "seed": (ref.seed, list(ft["seeds"])),
+        "lambda_reg": (format_hparam(ref.lambda_reg), [format_hparam(x) for x in ft["lambdas"]]),
     }
     for field_name, (value, values) in grid.items():
         if value not in values:
@@ -401,38 +410,38 @@ def check_grid(key: str, values: Iterable[float]) -> None:
 
 
 def device(config: dict) -> str:
-    return config.get("device", "auto")
+    return config["device"]
 
 
 def finetune_section(config: dict) -> dict:
-    return config.get("finetune") or {}
+    return config["finetune"]
 
 
 def finetune_ranks(config: dict) -> int:
-    """Processes of one fine-tuning job (FSDP2 under torchrun when > 1; one GPU each on CUDA)."""
-    return int(finetune_section(config).get("ranks") or 1)
+    """Processes of one fine-tuning job (FSDP2 under torchrun when > 1; one GPU each on CUDA; null: 1)."""
+    return int(config["finetune"]["ranks"] or 1)
 
 
 def finetune_enabled(config: dict) -> bool:
-    ft = finetune_section(config)
-    return bool(ft.get("enabled", True)) and bool(ft.get("tasks"))
+    ft = config["finetune"]
+    return bool(ft["enabled"]) and bool(ft["tasks"])
 
 
 def finetune_lrs(config: dict) -> tuple[float, ...]:
     """The learning-rate grid: a list, or a named grid ("paper": Table 4, "instruct": Table 2);
     with a search, its lattice (every learning rate it may run)."""
-    value = finetune_section(config).get("learning_rates", [])
+    value = config["finetune"]["learning_rates"]
     return finetune_search(config).lattice if isinstance(value, dict) else finetune_lr_grid(value)
 
 
 def finetune_search(config: dict) -> LRSearch | None:
     """The adaptive learning-rate search (`learning_rates: {search: ...}`), a grid whose other seeds
     run at its argmin only (`seeds_at: tuned`: a one-round search), or None (every seed at every rate)."""
-    ft = finetune_section(config)
-    value, seeds_at = ft.get("learning_rates"), ft.get("seeds_at")
+    ft = config["finetune"]
+    value, seeds_at = ft["learning_rates"], ft["seeds_at"]
     if not isinstance(value, dict):
-        tuned = seeds_at == "tuned" and len(ft.get("seeds") or []) > 1
-        return search_exhaustive(finetune_lr_grid(value or [])) if tuned else None
+        tuned = seeds_at == "tuned" and len(ft["seeds"]) > 1
+        return search_exhaustive(finetune_lr_grid(value)) if tuned else None
     if seeds_at == "all":
         raise ConfigError(
             "invalid config: finetune.seeds_at: all cannot go with finetune.learning_rates.search (the other "
@@ -446,7 +455,7 @@ def finetune_search(config: dict) -> LRSearch | None:
 
 def task_settings(config: dict, task: str) -> dict:
     """Data settings of one fine-tuning task (`finetune.task_data.<task>`; none: {})."""
-    return (finetune_section(config).get("task_data") or {}).get(task) or {}
+    return config["finetune"]["task_data"].get(task) or {}
 
 
 def eval_config(config: dict) -> dict:
@@ -456,7 +465,7 @@ def eval_config(config: dict) -> dict:
 
 def bench_config(config: dict) -> dict:
     """`eval.benchmarks` with its defaults (pipeline.evaluate.benchmarks); no tasks: no benchmark jobs."""
-    return benchmark_config(config["eval"].get("benchmarks"))
+    return benchmark_config(config["eval"]["benchmarks"])
 
 
 def benchmarks_enabled(config: dict) -> bool:
@@ -464,28 +473,25 @@ def benchmarks_enabled(config: dict) -> bool:
 
 
 def theory_enabled(config: dict) -> bool:
-    return bool((config.get("theory") or {}).get("enabled", False))
+    return bool(config["theory"]["enabled"])
 
 
 def curvature_section(config: dict) -> dict:
-    return config.get("curvature") or {}
+    return config["curvature"]
 
 
 def curvature_enabled(config: dict) -> bool:
-    return bool(curvature_section(config).get("enabled", False))
-
-
-def alpaca_eval_section(config: dict) -> dict:
-    return config.get("alpaca_eval") or {}
+    return bool(config["curvature"]["enabled"])
 
 
 def alpaca_eval_enabled(config: dict) -> bool:
     """The judged metric runs: enabled, and there are fine-tuning runs to judge."""
-    return bool(alpaca_eval_section(config).get("enabled", False)) and finetune_enabled(config)
+    return alpaca_eval_config(config).enabled and finetune_enabled(config)
 
 
 def alpaca_eval_config(config: dict) -> AlpacaEvalConfig:
-    return AlpacaEvalConfig.from_section(alpaca_eval_section(config))
+    """The `alpaca_eval` section through its dataclass (an optional section: absent, the defaults)."""
+    return AlpacaEvalConfig.from_section(config.get("alpaca_eval"))
 
 
 def reference_checkpoint(config: dict, specs: Iterable[CheckpointSpec]) -> str:

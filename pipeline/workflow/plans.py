@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
-from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.models.hub import HUB_PRESETS, hub_shape
 from pipeline.models.presets import SIZE_PRESETS, preset_shape
 from pipeline.models.shapes import ModelShape, shape_of
 from pipeline.train.config import FinetuneConfig, execution, hyperparameters
 from pipeline.train.memory import Plan, PlanError, plan_run
+
+if TYPE_CHECKING:
+    from pipeline.models.checkpoints import CheckpointSpec
 
 
 def checkpoint_shape(spec: CheckpointSpec, vocab: int | None) -> ModelShape:
@@ -37,8 +40,8 @@ def finetune_plan(spec: CheckpointSpec, config: dict) -> Plan:
     """The planner's GPUs and micro-batch of a fine-tuning job on `spec` on the config's GPUs
     (`gpu:` section); finetune.ranks and micro_batch_size, when set, are kept. PlanError when
     nothing fits."""
-    ft = config.get("finetune") or {}
+    ft = config["finetune"]
     cfg = FinetuneConfig(**hyperparameters(FinetuneConfig, ft), **execution(FinetuneConfig, ft))
-    shape = checkpoint_shape(spec, config.get("tokenizer", {}).get("vocab_size"))
+    shape = checkpoint_shape(spec, config["tokenizer"]["vocab_size"])
     seq_len = min(cfg.seq_len or shape.context, shape.context)
-    return plan_run(shape, cfg, seq_len, config.get("gpu") or {}, gpus=ft.get("ranks"))
+    return plan_run(shape, cfg, seq_len, config["gpu"], gpus=ft["ranks"])

@@ -173,7 +173,7 @@ def search_bound(config: dict, checkpoints: Checkpoints) -> str:
     seeds = len(ft["seeds"])
     per_search, rounds = search.runs_bound + seeds - 1, search.rounds_bound + (seeds > 1)
     grid = search.grid_size * seeds
-    searching = isinstance(ft.get("learning_rates"), dict)
+    searching = isinstance(ft["learning_rates"], dict)
     label = "finetune.learning_rates.search" if searching else "finetune.seeds_at: tuned"
     return (
         f"{label}: at most {per_search} fine-tuning runs in {rounds} "
@@ -295,7 +295,7 @@ def task_package_files(config: dict, task: str) -> list[str]:
 
 def tokenizer_task_tables(config: dict) -> list[str]:
     """Task tables whose training texts the tokenizer is also trained on (tokenizer.extra_texts)."""
-    names = [n for n in config["tokenizer"].get("extra_texts") or [] if n in TASK_NAMES]
+    names = [n for n in config["tokenizer"]["extra_texts"] if n in TASK_NAMES]
     return [path(config, layout.TASK_TABLE, task=n) for n in names]
 
 

@@ -31,7 +31,7 @@ job = FinetuneJob(
     path=snakemake.input.checkpoint[0] if snakemake.input.checkpoint else None,
     device=snakemake.params.device,
     bench_cfg=snakemake.params.bench,
-    gpu=snakemake.config.get("gpu"),  # the planner's micro-batch on CUDA (changes no number)
+    gpu=snakemake.config["gpu"],  # the planner's micro-batch on CUDA (changes no number)
     token_cache=study_path(snakemake.config["study"], TOKEN_CACHE),  # the task's tokens, shared by jobs
     # the judged metric (alpaca_eval): responses to the instruction set from the model in memory
     generation={

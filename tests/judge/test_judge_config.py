@@ -1,17 +1,21 @@
-"""The alpaca_eval section: the schema documents the keys, the dataclasses hold the defaults
-(pipeline/judge/config.py, pipeline/workflow/cluster.py); the two must agree key for key."""
+"""The alpaca_eval section: the schema has the keys' types, enums and ranges, the dataclasses
+(pipeline/judge/config.py, pipeline/evaluate/generation_config.py) the defaults; the two must agree
+key for key."""
 
-from dataclasses import MISSING, fields
+from dataclasses import fields
 from pathlib import Path
+
+from workflow_utils import owned_by_dataclass
 
 from pipeline.evaluate.generation_config import GenerationConfig
 from pipeline.judge.config import (
+    BACKENDS,
     AlpacaEvalConfig,
     InstructionSet,
     JudgeConfig,
+    JudgeResources,
     ReferenceRun,
 )
-from pipeline.workflow.cluster import JUDGE_RESOURCES
 from pipeline.workflow.config import load_schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,23 +29,24 @@ def schema_section() -> dict:
     return schema_properties("alpaca_eval")
 
 
-def defaults(cls) -> dict:
-    return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
-
-
-def test_schema_defaults_are_the_dataclasses():
+def test_the_dataclasses_own_the_defaults():
+    """Every key of the section is a field (and the other way round), the schema declares no
+    default, and it accepts every dataclass default (types, enums, ranges agree)."""
     section = schema_section()
-    for key, cls in (
-        ("judge", JudgeConfig),
-        ("reference", ReferenceRun),
-        ("instructions", InstructionSet),
-        ("generation", GenerationConfig),
-    ):
+    parts = {"judge": JudgeConfig, "reference": ReferenceRun, "instructions": InstructionSet}
+    parts |= {"generation": GenerationConfig, "resources": JudgeResources}
+    assert parts == AlpacaEvalConfig.PARTS
+    assert set(section) == {f.name for f in fields(AlpacaEvalConfig)}
+    assert not owned_by_dataclass(AlpacaEvalConfig, section)
+    for key, cls in parts.items():
         props = section[key]["properties"]
         assert set(props) == {f.name for f in fields(cls)}, key
-        assert {k: v["default"] for k, v in props.items()} == defaults(cls), key
-    assert {k: v["default"] for k, v in section["resources"]["properties"].items()} == JUDGE_RESOURCES
-    assert section["base"]["default"] == defaults(AlpacaEvalConfig)["base"]
+        assert not owned_by_dataclass(cls, props), key
+    assert sorted(section["judge"]["properties"]["backend"]["enum"]) == sorted(BACKENDS)
+
+
+def test_an_absent_section_is_the_defaults():
+    assert AlpacaEvalConfig.from_section(None) == AlpacaEvalConfig() and not AlpacaEvalConfig().enabled
 
 
 def test_the_default_judge_is_the_papers():

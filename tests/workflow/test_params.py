@@ -8,7 +8,7 @@ import json
 from dataclasses import MISSING, asdict, fields
 
 import pytest
-from workflow_utils import ROOT, smoke_config, workflow_config
+from workflow_utils import ROOT, owned_by_dataclass, smoke_config, workflow_config
 
 from pipeline.curvature.config import CurvatureConfig
 from pipeline.train.config import (
@@ -52,13 +52,28 @@ def test_every_schema_key_is_a_field_or_declared(section):
 
 @pytest.mark.parametrize("section", SECTIONS)
 def test_defaults_live_in_one_place(section):
-    """A field without a default is required by the schema; a schema `default:` equals the field's."""
+    """The dataclass owns its fields' defaults (the schema declares none) and the schema accepts
+    them (types, enums, ranges agree); a field without a default is required by the schema."""
     cls, spec = SECTIONS[section], SCHEMA["properties"][section]
+    assert not owned_by_dataclass(cls, spec["properties"])
     for f in fields(cls):
         if f.default is MISSING:
             assert f.name in spec["required"], f.name
-        if "default" in spec["properties"][f.name]:
-            assert spec["properties"][f.name]["default"] == f.default, f.name
+
+
+def test_enums_are_the_modules():
+    """The values a run config accepts are the schema's enums (the schema checks them at start-up)."""
+    from pipeline.curvature.config import DTYPES
+    from pipeline.train.config import PRECISIONS, SCHEDULES
+
+    props = {s: SCHEMA["properties"][s]["properties"] for s in SECTIONS}
+    assert props["finetune"]["schedule"]["enum"] == list(SCHEDULES)
+    assert (
+        props["finetune"]["precision"]["enum"]
+        == props["pretrain"]["precision"]["enum"]
+        == [*PRECISIONS, None]
+    )
+    assert props["curvature"]["dtype"]["enum"] == list(DTYPES)
 
 
 def test_execution_fields_have_one_default():
