@@ -1,5 +1,7 @@
 """The `curvature:` config section (Appendix D): λ grids, probe counts and the token budget, with
-their defaults (the one place they live; the schema documents the keys, a test checks they agree).
+their defaults and cross-key checks (the one place they live; config/schema/curvature.yaml has the
+keys' types and ranges, a test checks they agree). Every field changes the numbers
+(pipeline/fields.py: NUMBERS); a tag says which jobs read it.
 Torch-free: the Snakefile builds it at parse time, and a λ grid without 0 fails before any job runs.
 
 λ is in units of the direction: a Gaussian ε is the noise of γ = 1 (per-tensor init std, as the
@@ -13,11 +15,13 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from pipeline.fields import NUMBERS, meta
+
 DTYPES = ("float64", "float32")
 # where a field goes: SHARED also to the fine-tuning jobs (their lines along θ_ft − θ_pre), FINETUNE_ONLY
 # only there (rule curvature's params leave it out: changing it reruns no Gaussian job)
-SHARED = {"finetune": True}
-FINETUNE_ONLY = {"finetune": True, "gaussian": False}
+SHARED = meta(NUMBERS, finetune=True)
+FINETUNE_ONLY = meta(NUMBERS, finetune=True, gaussian=False)
 GRIDS = ("lambdas_small", "lambdas_wide", "finetune_lambdas_small", "finetune_lambdas_wide")
 
 

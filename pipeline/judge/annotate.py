@@ -24,10 +24,12 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from pathlib import Path
 
 import pandas as pd
 
+from pipeline.fields import changes_numbers
 from pipeline.io import write_parquet
 from pipeline.judge.backends import Completions
 from pipeline.judge.config import JudgeConfig
@@ -37,7 +39,7 @@ log = logging.getLogger(__name__)
 SWITCH = "is_switched_outputs"  # alpaca-eval's column name for a pair shown in the swapped order
 CACHE_COLUMNS = ("key", "preference", "shown_preference", SWITCH, "raw_completion", "status", "attempts")
 # fields of JudgeConfig that cannot change an answer (labels, speed, what is done with answers)
-NOT_IDENTITY = ("name", "batch_size", "max_retries", "length_controlled", "base_url", "api_key_env")
+NOT_IDENTITY = frozenset(f.name for f in fields(JudgeConfig) if not changes_numbers(f))
 
 
 class Lazy:

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import yaml
 
 from pipeline.evaluate.generation_config import GenerationConfig
+from pipeline.fields import NEITHER, RECORDED, meta
 
 EVAL_DATA, EVAL_SPLIT = "alpaca_eval", "eval"  # the judged metric's rows in the metrics table
 BACKENDS = ("hf_local", "openai")
@@ -73,10 +74,12 @@ def evaluator_config(annotator: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class JudgeConfig:
-    """Who judges (config `alpaca_eval.judge`). Every field can change an annotation, so each is a
-    param of the judge rule; `name` labels the judge's output folder."""
+    """Who judges (config `alpaca_eval.judge`). Every field is a param of the judge rule; its role
+    (pipeline/fields.py) says whether it can change an answer: NUMBERS fields (the default) are the
+    judge's identity, the key of its annotation cache (pipeline/judge/annotate.py); `name` labels
+    the judge's output folder and rows; the others only say how answers are asked for and summarised."""
 
-    name: str = "llama3-70b"
+    name: str = field(default="llama3-70b", metadata=meta(RECORDED))
     # an alpaca-eval evaluator config (prompt template + parser): the paper's judge is
     # Llama-3-70B-Instruct; alpaca_eval_llama3_70b_fn is AlpacaEval's ranking prompt for it
     annotator: str = "alpaca_eval_llama3_70b_fn"
@@ -87,13 +90,16 @@ class JudgeConfig:
     revision: str | None = None  # hf_local: hub revision
     cache_dir: str | None = None  # hf_local: hub cache
     offline: bool | None = None  # hf_local: only the hub cache (None: HF_HUB_OFFLINE)
-    base_url: str | None = "http://localhost:8000/v1"  # openai: the endpoint
-    api_key_env: str = "OPENAI_API_KEY"  # openai: the environment variable holding the key
+    # openai: the endpoint, and the environment variable holding its key
+    base_url: str | None = field(default="http://localhost:8000/v1", metadata=meta(NEITHER))
+    api_key_env: str = field(default="OPENAI_API_KEY", metadata=meta(NEITHER))
     max_tokens: int | None = None  # of an answer (None: the evaluator config's)
-    batch_size: int = 4  # hf_local: prompts per forward pass
-    max_retries: int = 2  # re-asks of an unparsable answer before it is recorded as unparsable
+    batch_size: int = field(default=4, metadata=meta(NEITHER))  # hf_local: prompts per forward pass
+    # re-asks of an unparsable answer before it is recorded as unparsable
+    max_retries: int = field(default=2, metadata=meta(NEITHER))
     seed: int = 0  # output-order randomisation (per instruction, as alpaca-eval)
-    length_controlled: bool = True  # fit the length-controlled win rate (where it can be fitted)
+    # fit the length-controlled win rate (where it can be fitted): a summary of the answers
+    length_controlled: bool = field(default=True, metadata=meta(NEITHER))
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

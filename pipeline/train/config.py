@@ -2,14 +2,16 @@
 and the training loop's own per-run config. Torch-free: the Snakefile builds them at parse time.
 
 The fields of PretrainConfig and FinetuneConfig are the hyperparameters, with their defaults (the
-one place they live). A rule passes them to its job through `params:` (`hyperparameters`), so a
-changed value reruns exactly the jobs that read it. Field metadata says where a field goes:
+one place they live; config/schema/ has their types and ranges). A rule passes them to its job
+through `params:` (`hyperparameters`), so a changed value reruns exactly the jobs that read it. Each
+field's role (pipeline/fields.py: NUMBERS, the default, RECORDED or NEITHER) says where it goes:
 
-- EXECUTION: how a run executes (logging / resume-state cadence, activation checkpointing). It
-  cannot change a number, so it is not in params (a change reruns nothing) and not in the recorded
-  hyperparameters; the job reads it from the config.
-- UNRECORDED: reaches the job, but is not a hyperparameter of the result (how a batch is computed).
-- BASE_EVAL: also read by the base model's in-domain evaluation (rule task_base).
+- EXECUTION (NEITHER): how a run executes (logging / resume-state cadence, activation
+  checkpointing). It cannot change a number, so it is not in params (a change reruns nothing) and
+  not in the recorded hyperparameters; the job reads it from the config.
+- UNRECORDED (NUMBERS, not recorded): reaches the job, but is not a hyperparameter of the result
+  (how a batch is computed).
+- BASE_EVAL (a tag): also read by the base model's in-domain evaluation (rule task_base).
 
 `OTHER_KEYS` of each class names the keys of its config section that are not fields, and why.
 """
@@ -21,14 +23,17 @@ import json
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
+from pipeline import fields as roles
+from pipeline.fields import NEITHER, NUMBERS, meta
+
 SCHEDULES = ("cosine", "constant", "constant_with_warmup")
 # fp32: weights, optimizer state and compute in float32. bf16-mixed: float32 master weights and
 # AdamW state, bfloat16 compute, the loss and logits in float32 (pipeline/train/precision.py).
 PRECISIONS = ("fp32", "bf16-mixed")
 
-EXECUTION = {"params": False, "recorded": False}
-UNRECORDED = {"recorded": False}
-BASE_EVAL = {"base_eval": True}
+EXECUTION = meta(NEITHER)
+UNRECORDED = meta(NUMBERS, recorded=False)
+BASE_EVAL = meta(NUMBERS, base_eval=True)
 
 LOG_EVERY = 50  # steps between loss log lines (and loss-curve flushes)
 CHECKPOINT_EVERY = 200  # steps between resume states (a killed run resumes from the last one)
@@ -199,16 +204,13 @@ class FinetuneConfig:
 
     def recorded(self) -> dict:
         """The hyperparameters a result row records (`extra`): all but EXECUTION and UNRECORDED."""
-        return {k: v for k, v in asdict(self).items() if _meta(type(self), k).get("recorded", True)}
-
-
-def _meta(cls: type, name: str) -> dict:
-    return dict(next(f.metadata for f in fields(cls) if f.name == name))
+        keep = {f.name for f in fields(self) if roles.is_recorded(f)}
+        return {k: v for k, v in asdict(self).items() if k in keep}
 
 
 def changes_numbers(cls: type, name: str) -> bool:
     """Whether field `name` of `cls` can change a number (EXECUTION fields cannot)."""
-    return _meta(cls, name).get("params", True)
+    return roles.changes_numbers(roles.field_named(cls, name))
 
 
 def hyperparameters(cls: type, section: dict, base_eval_only: bool = False) -> dict:
@@ -217,7 +219,7 @@ def hyperparameters(cls: type, section: dict, base_eval_only: bool = False) -> d
     that are not fields (OTHER_KEYS) and EXECUTION fields are left out."""
     out = {}
     for f in fields(cls):
-        if not f.metadata.get("params", True) or (base_eval_only and not f.metadata.get("base_eval")):
+        if not roles.changes_numbers(f) or (base_eval_only and not roles.tagged(f, "base_eval")):
             continue
         if f.name in section:
             out[f.name] = section[f.name]
@@ -231,4 +233,4 @@ def hyperparameters(cls: type, section: dict, base_eval_only: bool = False) -> d
 def execution(cls: type, section: dict) -> dict:
     """The EXECUTION fields of `cls` from a config section (or their defaults): a job reads them
     from the config, not from params, so changing them reruns nothing."""
-    return {f.name: section.get(f.name, f.default) for f in fields(cls) if not f.metadata.get("params", True)}
+    return {f.name: section.get(f.name, f.default) for f in fields(cls) if not roles.changes_numbers(f)}

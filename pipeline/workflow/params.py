@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, fields
 
 from pipeline.curvature.config import CurvatureConfig
+from pipeline.fields import tagged
 from pipeline.judge.config import judge_params as _judge_params
 from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.sweeps.lr_search import SELECT_METRIC, SELECT_SPLIT
@@ -62,7 +63,7 @@ def curvature_params(config: dict) -> dict:
     """The curvature settings of the Gaussian lines and the sharpness (rule curvature; not the
     fine-tuning direction's grids); seeds null -> perturb.seeds (the same ε)."""
     hp = hyperparameters(CurvatureConfig, curvature_section(config))
-    hp = {f.name: hp[f.name] for f in fields(CurvatureConfig) if f.metadata.get("gaussian", True)}
+    hp = {f.name: hp[f.name] for f in fields(CurvatureConfig) if tagged(f, "gaussian", True)}
     return hp | {"seeds": list(hp["seeds"] if hp["seeds"] is not None else config["perturb"]["seeds"])}
 
 
@@ -77,7 +78,7 @@ def curvature_finetune_params(config: dict) -> dict | None:
     if not curvature_enabled(config):
         return None
     hp = hyperparameters(CurvatureConfig, curvature_section(config))
-    return {f.name: hp[f.name] for f in fields(CurvatureConfig) if f.metadata.get("finetune")}
+    return {f.name: hp[f.name] for f in fields(CurvatureConfig) if tagged(f, "finetune")}
 
 
 def lr_search_params(config: dict) -> dict | None:
