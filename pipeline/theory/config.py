@@ -1,8 +1,11 @@
 """The `theory` config section: checked, with its spectra built.
 
-`check_config` is plain Python (no numpy), so the workflow runs it at start-up
-(pipeline/workflow/config.py) and a bad key stops the run before any job, with the message the
-theory job would give; `validate_config` turns its values into the arrays the stage runs on.
+config/schema/theory.yaml checks each key's type and range at start-up (d >= 2, seeds, γ, λ >= 0,
+the spectrum kinds and their ratio / exponent, ...); `check_config` adds only what a schema cannot
+say: finiteness (YAML's .inf passes any bound), orderings, cross-key bounds and the spectra's values.
+It is plain Python (no numpy), so the workflow runs it at start-up (pipeline/workflow/config.py) and
+a bad key stops the run before any job, with the message the theory job would give;
+`validate_config` turns its values into the arrays the stage runs on.
 """
 
 from __future__ import annotations
@@ -22,21 +25,17 @@ def _require(cond: bool, msg: str) -> None:
         raise ValueError(msg)
 
 
-def _positive(value: Any, key: str, what: str = "a finite value > 0") -> float:
+def _finite(value: Any, key: str, what: str = "a finite value > 0") -> float:
+    """A finite number (the schema checks its sign; the message says the whole requirement)."""
     x = float(value)
-    _require(math.isfinite(x) and x > 0, f"{key}: need {what}, got {x}")
+    _require(math.isfinite(x), f"{key}: need {what}, got {x}")
     return x
 
 
-def _nonnegative_list(values: Any, key: str, symbol: str) -> list[float]:
-    """A non-empty list of finite values >= 0 (γ, λ)."""
-    try:
-        out = [float(v) for v in values]
-    except (TypeError, ValueError):
-        out = []
-    _require(len(out) > 0, f"{key}: need a non-empty list of numbers, got {values!r}")
-    ok = all(math.isfinite(v) and v >= 0 for v in out)
-    _require(ok, f"{key}: {symbol} must be finite and >= 0, got {out}")
+def _finite_list(values: Any, key: str, symbol: str) -> list[float]:
+    """A list of finite numbers (γ, λ; the schema checks them >= 0)."""
+    out = [float(v) for v in values]
+    _require(all(math.isfinite(v) for v in out), f"{key}: {symbol} must be finite and >= 0, got {out}")
     return out
 
 
@@ -63,17 +62,11 @@ def spectrum_formula(spec: Mapping[str, Any], i):
 def spectrum_values(spec: Mapping[str, Any], d: int, name: str = "spectrum") -> list[float]:
     """σ₁ > … > σ_d from a spec, checked.
 
-    {kind: geometric, top, ratio} | {kind: power, top, exponent} | {kind: values, values}.
+    {kind: geometric, top, ratio} | {kind: power, top, exponent} | {kind: values, values}. A ratio
+    outside (0, 1) or an exponent <= 0 (the schema's ranges) gives values check_spectrum rejects.
     """
-    _require(d >= 2, f"{name}: d must be >= 2, got {d}")
     kind = spec.get("kind")
-    if kind == "geometric":
-        ratio = float(spec["ratio"])
-        _require(0.0 < ratio < 1.0, f"{name}: geometric ratio must be in (0, 1), got {ratio}")
-        s = [spectrum_formula(spec, float(i)) for i in range(d)]
-    elif kind == "power":
-        exponent = float(spec["exponent"])
-        _require(exponent > 0, f"{name}: power exponent must be > 0, got {exponent}")
+    if kind in ("geometric", "power"):
         s = [spectrum_formula(spec, float(i)) for i in range(d)]
     elif kind == "values":
         s = [float(v) for v in spec["values"]]
@@ -86,28 +79,22 @@ def spectrum_values(spec: Mapping[str, Any], d: int, name: str = "spectrum") -> 
 def check_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Check the `theory` config section; its values (spectra as lists). Errors name the offending key.
 
-    Only problems that would make the numbers meaningless are errors (d < 2, a spectrum that is not
-    positive and strictly decreasing, γ < 0, λ < 0, …). config/schema.yaml checks each key's type
-    and range first; this adds what a schema cannot say (orderings, cross-key bounds, finiteness).
+    Only problems that would make the numbers meaningless are errors (a spectrum that is not
+    positive and strictly decreasing, an infinite γ, …). config/schema/theory.yaml checks each key's
+    type and range first; this adds what a schema cannot say (orderings, cross-key bounds,
+    finiteness, the spectra's values).
     """
-    d = cfg.get("d")
-    _require(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 2,
-        f"theory.d: need an integer >= 2, got {d!r}",
-    )
-    tau = _positive(cfg["tau"], "theory.tau", "a finite tau > 0 (small init e^-tau)")
+    d = cfg["d"]
+    tau = _finite(cfg["tau"], "theory.tau", "a finite tau > 0 (small init e^-tau)")
     dt, max_time = float(cfg["dt"]), float(cfg["max_time"])
     _require(
         0 < dt < max_time < math.inf,
         f"theory.dt / theory.max_time: need 0 < dt < max_time < inf, got dt = {dt}, max_time = {max_time}",
     )
     seeds = list(cfg["seeds"])
-    ok = len(seeds) > 0 and all(isinstance(s, int) and s >= 0 for s in seeds)
-    _require(ok, f"theory.seeds: need a non-empty list of integers >= 0, got {seeds}")
-    _require(len(set(seeds)) == len(seeds), f"theory.seeds: duplicates in {seeds}")
-    spectra_cfg = cfg["spectra"]
-    _require(len(spectra_cfg) > 0, "theory.spectra: need at least one pre-training spectrum")
-    spectra = {name: spectrum_values(spec, d, f"theory.spectra.{name}") for name, spec in spectra_cfg.items()}
+    spectra = {
+        name: spectrum_values(spec, d, f"theory.spectra.{name}") for name, spec in cfg["spectra"].items()
+    }
     top = max(s[0] for s in spectra.values())
     # The flow's fastest rate is ~8σ₁ (Hessian at the learned top feature); RK4 needs dt·8σ₁ well inside its
     # stability region (2.8) to be accurate, the check of the logistic solution shows ~1e-4 at dt·8σ₁ = 0.8.
@@ -118,23 +105,18 @@ def check_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     )
 
     pert = cfg["perturbation"]
-    gammas = _nonnegative_list(pert["gammas"], "theory.perturbation.gammas", "gamma")
+    gammas = _finite_list(pert["gammas"], "theory.perturbation.gammas", "gamma")
     mc = int(pert["mc_samples"])
-    _require(mc >= 2, f"theory.perturbation.mc_samples: need >= 2, got {mc}")
 
     ft = cfg["finetune"]
-    lambdas = _nonnegative_list(ft["lambdas"], "theory.finetune.lambdas", "lambda")
+    lambdas = _finite_list(ft["lambdas"], "theory.finetune.lambdas", "lambda")
     _require(
         all(a < b for a, b in zip(lambdas, lambdas[1:])),
         f"theory.finetune.lambdas: need a strictly increasing list, got {lambdas}",
     )
-    eta = _positive(ft["learning_rate"], "theory.finetune.learning_rate")
-    steps = int(ft["steps"])
-    _require(steps >= 1, f"theory.finetune.steps: need >= 1, got {steps}")
-    m = ft.get("batch_size")
-    ok = m is None or (isinstance(m, int) and not isinstance(m, bool) and m >= 1)
-    _require(ok, f"theory.finetune.batch_size: need an integer >= 1 or null (population gradient), got {m!r}")
-    alpha = _positive(ft["alpha"], "theory.finetune.alpha", "a finite alpha > 0")
+    eta = _finite(ft["learning_rate"], "theory.finetune.learning_rate")
+    steps, m = int(ft["steps"]), ft["batch_size"]  # batch_size null: the population gradient
+    alpha = _finite(ft["alpha"], "theory.finetune.alpha", "a finite alpha > 0")
     tasks = {}
     for name, task in ft["tasks"].items():
         pre = task["pretrain"]

@@ -335,25 +335,57 @@ def _bad(**edits) -> dict:
 @pytest.mark.parametrize(
     "edits, match",
     [
-        ({"d": 1}, "theory.d"),
         (
             {"spectra__power-2": {"kind": "values", "values": [1, 0.5, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05]}},
             "strictly decreasing",
         ),
         ({"spectra__power-2": {"kind": "values", "values": [1, 0.5, 0.4, 0.3, 0.2, 0.1, 0.05, 0.0]}}, "> 0"),
         ({"spectra__power-2": {"kind": "values", "values": [1, 0.5]}}, "2 values given for d = 8"),
-        ({"spectra__power-2": {"kind": "geometric", "ratio": 1.2}}, "ratio"),
-        ({"perturbation__gammas": [0.1, -0.1]}, "gamma must be"),
-        ({"finetune__lambdas": [-1.0, 0.0]}, "lambda must be"),
-        ({"finetune__learning_rate": 0.0}, "learning_rate"),
-        ({"finetune__batch_size": 0}, "batch_size"),
+        ({"spectra__power-2": {"kind": "geometric", "ratio": 1.2}}, "strictly decreasing"),
+        ({"perturbation__gammas": [0.1, float("inf")]}, "gamma must be finite"),
+        ({"finetune__lambdas": [0.0, 1.0, 0.5]}, "strictly increasing"),
+        ({"finetune__learning_rate": float("inf")}, "learning_rate"),
         ({"dt": 0.5}, "theory.dt"),
         ({"finetune__tasks__ft-geometric-0.9__pretrain": "nope"}, "not one of theory.spectra"),
     ],
 )
 def test_bad_config_is_a_clear_error(edits, match):
+    """What the schema cannot say (values, orderings, cross-key bounds, finiteness), checked here."""
     with pytest.raises(ValueError, match=match):
         validate_config(_bad(**edits))
+
+
+@pytest.mark.parametrize(
+    "edits, line",
+    [
+        ({"d": 1}, "theory.d: got 1; expected a value >= 2"),
+        (
+            {"spectra__power-2": {"kind": "geometric", "ratio": 1.2}},
+            "theory.spectra.power-2.ratio: got 1.2; expected a value > 0 and < 1",
+        ),
+        (
+            {"perturbation__gammas": [0.1, -0.1]},
+            "theory.perturbation.gammas[1]: got -0.1; expected a value >= 0",
+        ),
+        ({"finetune__lambdas": [-1.0, 0.0]}, "theory.finetune.lambdas[0]: got -1.0; expected a value >= 0"),
+        ({"finetune__learning_rate": 0.0}, "theory.finetune.learning_rate: got 0.0; expected a value > 0"),
+        ({"finetune__batch_size": 0}, "theory.finetune.batch_size: got 0; expected a value >= 1"),
+        ({"perturbation__mc_samples": 1}, "theory.perturbation.mc_samples: got 1; expected a value >= 2"),
+        ({"seeds": [0, 0]}, "theory.seeds: got [0, 0]; expected no repeated items"),
+    ],
+)
+def test_a_type_or_range_error_is_the_schemas(edits, line):
+    """Types and ranges are config/schema/theory.yaml's (checked at start-up, naming the key)."""
+    from workflow_utils import workflow_config
+
+    from pipeline.workflow.config import ConfigError, load_schema
+    from pipeline.workflow.config import validate_config as validate_study
+
+    cfg = workflow_config()
+    cfg["theory"] = _bad(**edits)
+    with pytest.raises(ConfigError) as err:
+        validate_study(cfg, load_schema(ROOT / "config" / "schema.yaml"))
+    assert line in [ln.strip() for ln in str(err.value).splitlines()], str(err.value)
 
 
 def test_divergent_learning_rate_is_detected_and_recorded():
