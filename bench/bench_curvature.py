@@ -23,7 +23,8 @@ import torch
 from pipeline.curvature.config import CurvatureConfig
 from pipeline.curvature.stage import checkpoint_curvature, finetune_line
 from pipeline.curvature.summary import smallest_lambda_error
-from pipeline.models.checkpoints import CheckpointSpec, load_checkpoint
+from pipeline.models.checkpoints import CheckpointSpec
+from pipeline.models.loading import load_checkpoint
 
 EVAL = {"split": "validation", "seq_len": None}
 

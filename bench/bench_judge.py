@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from pipeline.data.tasks import load_task
+from pipeline.data.task_loading import load_task
 from pipeline.judge.annotate import parse_answer
 from pipeline.judge.backends import hf_local_backend, load_judge_model
 from pipeline.judge.config import JudgeConfig

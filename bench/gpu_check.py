@@ -222,7 +222,8 @@ def run_trainer(args, device: torch.device, out_dir: Path) -> dict:
 
 def step_perturb_eval(args, device: torch.device) -> dict:
     """Gaussian perturbation of bf16 weights (float32 noise) and perplexity on held-out windows."""
-    from pipeline.evaluate.perplexity import EvalSet, eval_perplexity
+    from pipeline.data.heldout import EvalSet
+    from pipeline.evaluate.perplexity import eval_perplexity
     from pipeline.models.build import init_std_from_config
     from pipeline.sweeps.noise import perturb_gaussian
 
@@ -356,7 +357,7 @@ def step_study(args, device: torch.device) -> dict:
     from gpu_kit_data import kit_config
 
     from pipeline.layout import METRICS, study_dir
-    from pipeline.models.checkpoints import default_dtype, dtype_name
+    from pipeline.models.loading import default_dtype, dtype_name
 
     config = kit_study_config(args, device)
     results = ROOT / study_dir(config["study"])
@@ -530,7 +531,7 @@ def step_torchrun(args, device: torch.device) -> dict:
 def step_generation(args, device: torch.device) -> dict:
     """HF `generate` (greedy, KV cache) of the model in bf16 on CUDA (float32 on CPU): tokens/s of
     `--gen-new-tokens` new tokens after a `--gen-prompt`-token prompt, per batch size."""
-    from pipeline.models.checkpoints import dtype_name
+    from pipeline.models.loading import dtype_name
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     model = fresh_model(args.model, device).to(dtype).eval()

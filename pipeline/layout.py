@@ -57,3 +57,8 @@ def study_path(study: str, rel: str, **fields: object) -> str:
     """A path under results/<study>/; `fields` fill the pattern's wildcards (none: the pattern)."""
     path = f"{study_dir(study)}/{rel}"
     return path.format(**fields) if fields else path
+
+
+def format_hparam(x: float) -> str:
+    """A grid value as it appears in file names: 0.003, 1e-05, 0 (6 significant digits)."""
+    return f"{float(x):.6g}"

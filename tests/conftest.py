@@ -10,7 +10,8 @@ import torch
 
 from pipeline.data.corpus import build_corpus, load_embedded
 from pipeline.data.encode import task_frame
-from pipeline.data.tasks import Task, load_task
+from pipeline.data.task_items import Task
+from pipeline.data.task_loading import load_task
 from pipeline.data.tokenizer import as_hf_tokenizer, train_bpe
 from pipeline.io import write_parquet
 from pipeline.models.build import build_model, model_config

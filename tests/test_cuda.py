@@ -9,10 +9,12 @@ import torch
 import torch.nn.functional as F
 from transformers import Olmo2Config, Olmo2ForCausalLM
 
-from pipeline.models.losses import IGNORE_INDEX, fused_linear_cross_entropy, linear_nll_sum
+from pipeline.data.batches import IGNORE_INDEX
+from pipeline.models.losses import fused_linear_cross_entropy, linear_nll_sum
 from pipeline.models.shapes import shape_of
 from pipeline.sweeps.noise import perturbed
-from pipeline.train.loop import TrainConfig, train
+from pipeline.train.config import TrainConfig
+from pipeline.train.loop import train
 from pipeline.train.memory import estimate
 from pipeline.train.recompute import enable_activation_checkpointing
 

@@ -18,6 +18,31 @@ SMOKE = ROOT / "tests" / "smoke" / "config.yaml"
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
+HEAVY = ("torch", "pandas", "numpy", "scipy", "matplotlib")  # no parse of the workflow may load them
+
+
+def parse_time_imports() -> list[str]:
+    """The modules the Snakefile and rules/*.smk import, and the whole workflow layer: what every
+    parse of the workflow (each dry run, each cluster job) imports."""
+    sources = [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))]
+    found = {m for f in sources for m in re.findall(r"^(?:from|import) ([\w.]+)", f.read_text(), re.M)}
+    found |= {
+        f"pipeline.{m}"
+        for f in sources
+        for m in re.findall(r"^from pipeline import (\w+)$", f.read_text(), re.M)
+    }
+    workflow = {f"pipeline.workflow.{p.stem}" for p in (ROOT / "pipeline" / "workflow").glob("[!_]*.py")}
+    return sorted(found | workflow)
+
+
+def in_fresh_process(modules: list[str], expression: str) -> str:
+    """`expression` printed by a fresh interpreter after importing `modules` (with `sys` at hand)."""
+    code = "\n".join(["import sys", *(f"import {m}" for m in modules), f"print({expression})"])
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout.strip()
+
+
 def smoke_config(**overrides) -> dict:
     """The smoke config with dotted-key overrides, e.g. {"perturb.gammas": [2, 3]}."""
     cfg = yaml.safe_load(SMOKE.read_text())

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
-import pandas as pd
 import seaborn as sns
 
 from pipeline.analysis.style import save_figure, set_style
 from pipeline.analysis.sweep_figures import token_axis
 from pipeline.judge.config import EVAL_DATA, EVAL_SPLIT
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def win_rates(metrics: pd.DataFrame) -> pd.DataFrame:

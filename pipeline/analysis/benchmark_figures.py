@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 import seaborn as sns
 
 from pipeline.analysis.style import save_figure, set_style
 from pipeline.analysis.sweep_figures import token_axis
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 PREFIX = "benchmark:"
 

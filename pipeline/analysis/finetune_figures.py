@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 import seaborn as sns
 
 from pipeline.analysis.style import format_tokens, save_figure, set_style
 from pipeline.analysis.sweep_figures import mark_inflections, token_axis
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _lr_palette(lrs: Iterable[float]) -> dict[float, tuple]:

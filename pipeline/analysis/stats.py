@@ -10,6 +10,7 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from pipeline.sweeps.lr_search import SELECTIONS, Selection
+from pipeline.sweeps.selection import TUNED_KEYS, selection_scores
 
 # Columns that identify one modification setting (one line in the figures).
 SETTING_KEYS = ["model", "modification", "gamma", "task", "learning_rate", "lambda_reg", "eval_data", "split"]
@@ -132,20 +133,6 @@ def inflection_table(d: pd.DataFrame, n_bootstrap: int, seed: int, ci: float = 0
 
 
 # --- fine-tuning: the tuned-learning-rate view (Section 3.4.2, Figures 6, 7 and 34) ---------------
-
-TUNED_KEYS = ["model", "task", "lambda_reg", "checkpoint", "budget"]
-
-
-def selection_scores(sft: pd.DataFrame, select: Selection = SELECTIONS["ppl"]) -> pd.DataFrame:
-    """Per fine-tuning run (TUNED_KEYS, learning_rate, seed): the score a tuned learning rate
-    minimises, the `select` metric (negated when it is maximised); inf for a diverged run."""
-    eval_data = sft["task"] if select.eval_data is None else select.eval_data
-    sel = sft[
-        (sft["eval_data"] == eval_data) & (sft["split"] == select.split) & (sft["metric"] == select.metric)
-    ]
-    bad = sel["diverged"].astype(bool) | ~np.isfinite(sel["value"].astype(float))
-    value = -sel["value"].astype(float) if select.maximize else sel["value"].astype(float)
-    return sel.assign(score=value.where(~bad, np.inf))[TUNED_KEYS + ["learning_rate", "seed", "score"]]
 
 
 def tuned_table(metrics: pd.DataFrame, select: Selection = SELECTIONS["ppl"]) -> pd.DataFrame:

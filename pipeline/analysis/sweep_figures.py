@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
-import pandas as pd
 import seaborn as sns
 from matplotlib.ticker import FuncFormatter
 
 from pipeline.analysis.style import format_tokens, save_figure, set_style
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TOKEN_FMT = FuncFormatter(format_tokens)
 

@@ -15,18 +15,21 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import pyarrow as pa
 import torch
 import torch.nn.functional as F
 
-from pipeline.curvature.config import CurvatureConfig
 from pipeline.curvature.hessian import Vector, directional, fd_curvature
 from pipeline.curvature.summary import smallest_lambda_error
-from pipeline.evaluate.perplexity import EvalSet
+from pipeline.data.batches import IGNORE_INDEX
 from pipeline.io import write_parquet
-from pipeline.models.losses import IGNORE_INDEX
+
+if TYPE_CHECKING:
+    from pipeline.curvature.config import CurvatureConfig
+    from pipeline.data.heldout import EvalSet
 
 log = logging.getLogger(__name__)
 EAGER = "eager"  # transformers' own: double backward on every device

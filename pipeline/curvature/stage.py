@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
@@ -15,12 +16,15 @@ import torch
 from pipeline.curvature.config import CurvatureConfig
 from pipeline.curvature.hessian import sharpness
 from pipeline.curvature.lines import finetune_direction, line_rows, prepare, token_loss, trainable
+from pipeline.data.batches import IGNORE_INDEX
+from pipeline.data.heldout import EvalSet, build_eval_set
 from pipeline.data.tokenizer import encode_documents
-from pipeline.evaluate.perplexity import EvalSet, build_eval_set
-from pipeline.models.checkpoints import CheckpointSpec, load_checkpoint
-from pipeline.models.losses import IGNORE_INDEX
+from pipeline.models.loading import load_checkpoint
 from pipeline.sweeps.noise import gaussian_direction
 from pipeline.tables import metric_row
+
+if TYPE_CHECKING:
+    from pipeline.models.checkpoints import CheckpointSpec
 
 log = logging.getLogger(__name__)
 

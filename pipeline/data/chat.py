@@ -32,13 +32,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from pipeline.data.encode import pad_masked_batch
-from pipeline.data.tasks import ChatItem, TaskError
-from pipeline.train.loop import EpochOrder
+from pipeline.data.batches import EpochOrder, pad_masked_batch
+from pipeline.data.task_items import ChatItem, TaskError
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 

@@ -5,18 +5,19 @@ tasks' conversations are encoded by `pipeline.data.chat`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import torch
 
-from pipeline.data.tasks import ChatItem, ClassificationItem, Message, Task, TaskError
+from pipeline.data.batches import ChunkSampler, EpochOrder, pad_scored_batch
+from pipeline.data.task_items import ChatItem, ClassificationItem, Message, Task, TaskError
 from pipeline.data.tokenizer import cached_token_stream, encode_documents
-from pipeline.evaluate.perplexity import EvalSet, build_eval_set, select_documents
-from pipeline.train.loop import IGNORE_INDEX, ChunkSampler, EpochOrder
+
+if TYPE_CHECKING:
+    import torch
 
 TASK_COLUMNS = ["split", "kind", "text", "context", "prompt", "choices", "label", "messages"]
 
@@ -127,28 +128,6 @@ def encode_classification(tokenizer, items: list[ClassificationItem], max_len: i
     return EncodedChoices(prompts, choices, labels, prefix, max_len)
 
 
-def pad_masked_batch(
-    seqs: Sequence[np.ndarray], scored: Sequence[np.ndarray], pad: int
-) -> dict[str, torch.Tensor]:
-    """Right-padded inputs and shifted labels, IGNORE_INDEX where the target is not scored."""
-    width = max(len(s) for s in seqs) - 1
-    inputs = torch.full((len(seqs), width), pad, dtype=torch.long)
-    labels = torch.full((len(seqs), width), IGNORE_INDEX, dtype=torch.long)
-    for r, (s, m) in enumerate(zip(seqs, scored)):
-        t = torch.from_numpy(np.asarray(s, dtype=np.int64))
-        n = len(s) - 1
-        inputs[r, :n] = t[:-1]
-        target_scored = torch.from_numpy(np.asarray(m[1:], dtype=bool))
-        labels[r, :n] = torch.where(target_scored, t[1:], IGNORE_INDEX)
-    return {"input_ids": inputs, "labels": labels}
-
-
-def pad_scored_batch(seqs: list[list[int]], n_scored: list[int], pad: int) -> dict[str, torch.Tensor]:
-    """Right-padded inputs and shifted labels where only the last `n_scored` tokens count."""
-    scored = [np.arange(len(s)) >= len(s) - k for s, k in zip(seqs, n_scored)]
-    return pad_masked_batch(seqs, scored, pad)
-
-
 class ExampleSampler:
     """Batches of (prompt + gold answer) sequences; the loss sees the answer tokens only.
 
@@ -177,11 +156,3 @@ def lm_sampler(
     tokens = cached_token_stream(tokenizer, documents, cache_dir)
     sampler = ChunkSampler(tokens, seq_len, batch_size, seed=seed)
     return sampler, max(1, sampler.n_chunks // batch_size)
-
-
-def lm_eval_set(tokenizer, documents: list[str], max_len: int, max_tokens: int | None) -> EvalSet:
-    """Rolling windows over whole task documents (up to `max_tokens`), as for pre-training ppl."""
-    docs = encode_documents(tokenizer, documents)
-    documents, docs = select_documents(documents, docs, max_tokens)
-    prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-    return build_eval_set(docs, documents, prefix, max_len, tokenizer.pad_token_id)

@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+from pipeline.data.corpus import EXTRA_TOKENIZER_TEXTS
+from pipeline.io import atomic_path
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -81,8 +84,6 @@ def cached_token_stream(
 
     import numpy as np
 
-    from pipeline.io import atomic_path
-
     if cache_dir is None:
         return token_stream(tokenizer, texts)
     digest = hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode())
@@ -105,7 +106,6 @@ def study_tokenizer(train_texts: list[str], cfg: dict, task_texts: list[str] = (
     """
     if cfg["kind"] == "file":
         return Tokenizer.from_file(cfg["path"])
-    from pipeline.data.corpus import EXTRA_TOKENIZER_TEXTS
 
     extra = []
     for name in cfg["extra_texts"]:

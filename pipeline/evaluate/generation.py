@@ -18,9 +18,10 @@ from pathlib import Path
 import torch
 
 from pipeline.data.chat import default_chat_spans, has_chat_template, prefix_token
-from pipeline.data.tasks import ChatItem, Message
+from pipeline.data.task_items import ChatItem, Message
 from pipeline.evaluate.generation_config import GenerationConfig
-from pipeline.models.checkpoints import dtype_name
+from pipeline.io import write_parquet
+from pipeline.models.loading import dtype_name
 from pipeline.ranks import SINGLE, Ranks, map_shared
 
 log = logging.getLogger(__name__)
@@ -184,8 +185,6 @@ def write_responses(
     weights' dtype, so a judge can be rerun or swapped without generating again. Several ranks
     share the generation (`generate_responses`); rank 0 writes."""
     import pandas as pd
-
-    from pipeline.io import write_parquet
 
     cfg = cfg if isinstance(cfg, GenerationConfig) else GenerationConfig(**cfg)
     table = pd.read_parquet(instructions)

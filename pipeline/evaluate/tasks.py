@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from pipeline.data.batches import IGNORE_INDEX, pad_masked_batch, pad_scored_batch
 from pipeline.data.chat import EncodedChats
-from pipeline.data.encode import EncodedChoices, pad_masked_batch, pad_scored_batch
-from pipeline.evaluate.perplexity import EvalSet, eval_perplexity, scored_nll_sum
+from pipeline.data.heldout import EvalSet
+from pipeline.evaluate.perplexity import eval_perplexity, scored_nll_sum
 from pipeline.models.losses import fused_head
-from pipeline.train.loop import IGNORE_INDEX
+
+if TYPE_CHECKING:
+    from pipeline.data.encode import EncodedChoices
 
 
 @torch.inference_mode()

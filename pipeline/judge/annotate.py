@@ -26,13 +26,16 @@ import time
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from pipeline.fields import changes_numbers
 from pipeline.io import write_parquet
-from pipeline.judge.backends import Completions
 from pipeline.judge.config import JudgeConfig
+
+if TYPE_CHECKING:
+    from pipeline.judge.backends import Completions
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,11 @@ import os
 import time
 from collections.abc import Callable
 
+from pipeline.evaluate.generation import generate_responses, left_padded, prompt_ids
+from pipeline.evaluate.generation_config import GenerationConfig
 from pipeline.judge.config import LOGPROB_PARSER, JudgeConfig, JudgeConfigError
+from pipeline.models.hub import hub_offline
+from pipeline.models.loading import with_adapter_lookup
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +98,6 @@ def load_judge_model(cfg: JudgeConfig, device: str):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pipeline.models.checkpoints import with_adapter_lookup
-    from pipeline.models.hub import hub_offline
-
     kwargs = {
         "revision": cfg.revision,
         "cache_dir": cfg.cache_dir,
@@ -134,9 +135,6 @@ def hf_local_backend(cfg: JudgeConfig, evaluator: dict, model, tokenizer) -> Com
     same ratio P(m) / (P(m) + P(M)) for every prompt."""
     from alpaca_eval.utils import prompt_to_chatml
 
-    from pipeline.evaluate.generation import generate_responses
-    from pipeline.evaluate.generation_config import GenerationConfig
-
     top_k = int(evaluator.get("completions_kwargs", {}).get("top_logprobs", 5))
     text_cfg = GenerationConfig(max_new_tokens=answer_tokens(cfg, evaluator), batch_size=cfg.batch_size)
 
@@ -167,8 +165,6 @@ def first_token_logprobs(
     (then those of the `extra` token ids not among them), shaped as an OpenAI chat completion's
     `logprobs` (what alpaca-eval's logprob_parser reads)."""
     import torch
-
-    from pipeline.evaluate.generation import left_padded, prompt_ids
 
     context = model.config.max_position_embeddings
     prompts = [prompt_ids(tokenizer, c)[-context:] for c in chats]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pipeline.data.encode import read_task, split_of_task
 from pipeline.judge.config import InstructionSet, JudgeConfigError
 
 COLUMNS = ("index", "instruction", "output", "generator", "dataset")
@@ -54,7 +55,6 @@ def _hub_file(src: InstructionSet) -> Path:
 
 
 def _task_instructions(src: InstructionSet, task_table: str | Path) -> pd.DataFrame:
-    from pipeline.data.encode import read_task, split_of_task
 
     task = read_task(src.task, task_table)
     if task.kind != "chat":

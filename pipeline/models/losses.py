@@ -20,7 +20,8 @@ import re
 
 import torch
 
-IGNORE_INDEX = -100
+from pipeline.data.batches import IGNORE_INDEX
+
 LN2 = math.log(2.0)
 # Float32 logits per chunk: cache-sized on CPU (8 MiB measured best with 2 threads, vocab 2048,
 # bench/bench_train_eval.py); on accelerators only a memory bound (kernel launches dominate).

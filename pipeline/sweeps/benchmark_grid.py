@@ -13,12 +13,17 @@ import hashlib
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from pipeline.evaluate.benchmarks import benchmark_settings, configured_rows, eval_configured
-from pipeline.models.checkpoints import CheckpointSpec, fingerprint, load_checkpoint
+from pipeline.evaluate.benchmark_registry import benchmark_settings
+from pipeline.evaluate.benchmarks import configured_rows, eval_configured
+from pipeline.models.loading import fingerprint, load_checkpoint
 from pipeline.sweeps.cells import cell_fields, evaluate_cells, grid_cells
+
+if TYPE_CHECKING:
+    from pipeline.models.checkpoints import CheckpointSpec
 
 log = logging.getLogger(__name__)
 

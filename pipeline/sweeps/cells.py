@@ -9,11 +9,13 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from pipeline.io import write_json
 from pipeline.sweeps.noise import perturbed
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pipeline.models.presets import finetune_lr_grid, format_hparam
+from pipeline.layout import format_hparam
+from pipeline.sweeps.lr_grids import finetune_lr_grid
 
 KEY = "finetune.learning_rates.search"
 # the score a search minimises: the in-domain validation perplexity

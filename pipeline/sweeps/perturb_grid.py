@@ -11,14 +11,18 @@ import hashlib
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
-from pipeline.evaluate.heldout import EVAL_METRICS, heldout_eval_set
-from pipeline.evaluate.perplexity import eval_perplexity
-from pipeline.models.checkpoints import CheckpointSpec, dtype_name, fingerprint, load_checkpoint
+from pipeline.data.heldout import heldout_eval_set
+from pipeline.evaluate.perplexity import EVAL_METRICS, eval_perplexity
+from pipeline.models.loading import dtype_name, fingerprint, load_checkpoint
 from pipeline.sweeps.cells import cell_fields, evaluate_cells, grid_cells
 from pipeline.tables import metric_row
+
+if TYPE_CHECKING:
+    from pipeline.models.checkpoints import CheckpointSpec
 
 log = logging.getLogger(__name__)
 

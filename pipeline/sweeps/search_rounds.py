@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline.analysis.stats import selection_scores
 from pipeline.sweeps import lr_search
+from pipeline.sweeps.selection import selection_scores
 
 log = logging.getLogger(__name__)
 

@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from pipeline.analysis.figure_registry import figure_names
-from pipeline.theory.spectra import Array
+from pipeline.analysis.style import save_figure, set_style
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from pipeline.theory.spectra import Array
 
 FIGURE_STEMS = figure_names("theory")  # the registry (pipeline/analysis/figure_registry.py) declares them
 
@@ -43,8 +47,6 @@ def plot_theory(
 ) -> list[Path]:
     """The four theory figures from the stage's rows (means over seeds; bars = min..max over seeds)."""
     import matplotlib.pyplot as plt
-
-    from pipeline.analysis.style import save_figure, set_style
 
     set_style()
     figures_dir = Path(figures_dir)

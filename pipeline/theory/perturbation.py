@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from pipeline.theory.spectra import Array
+if TYPE_CHECKING:
+    from pipeline.theory.spectra import Array
 
 
 def perturbed_loss_closed_form(W1: Array, W2: Array, A: Array, gammas: Array) -> Array:

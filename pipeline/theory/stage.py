@@ -30,10 +30,9 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from pipeline.tables import metric_row, metrics_frame
 from pipeline.theory.config import validate_config
@@ -47,6 +46,9 @@ from pipeline.theory.perturbation import (
 )
 from pipeline.theory.pretraining import logistic_feature, pretrain_gradient_flow
 from pipeline.theory.spectra import Array, ideal_init, misalignment_r, mT, random_orthogonal
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 

@@ -234,3 +234,34 @@ def execution(cls: type, section: dict) -> dict:
     """The EXECUTION fields of `cls` from a config section (or their defaults): a job reads them
     from the config, not from params, so changing them reruns nothing."""
     return {f.name: section.get(f.name, f.default) for f in fields(cls) if not roles.changes_numbers(f)}
+
+
+# Table 2's other settings as `finetune:` config keys (config/instruct.yaml applies them): batch
+# 256 conversations (reach it with micro_batch_size), cosine, 20 warmup steps, AdamW, weight
+# decay 0. Table 2 gives no epoch count: 2, as the TULU v1 recipe the paper's TULU comes from
+# (Wang et al., 2023, open-instruct), with the pipeline's early stopping over epochs on the ID
+# validation loss. AdamW betas, gradient clipping and the context are not in Table 2: the
+# transformers / open-instruct defaults (0.9, 0.999), 1.0 and the model's context.
+INSTRUCT_FINETUNE: dict[str, object] = {
+    "learning_rates": "instruct",
+    "batch_size": 256,
+    "schedule": "cosine",
+    "warmup_steps": 20,
+    "weight_decay": 0.0,
+    "epochs": 2,
+    "max_steps": None,
+    "betas": [0.9, 0.999],
+    "grad_clip": 1.0,
+    "seq_len": None,
+}
+
+
+def steps_for_budget(budget: int, batch_size: int, seq_len: int) -> int:
+    """Optimiser steps that fit in a token budget; a budget below one batch is an error."""
+    per_step = batch_size * seq_len
+    if budget < per_step:
+        raise ValueError(
+            f"pretrain.budgets: token budget {budget} is smaller than one batch "
+            f"({batch_size} x {seq_len} = {per_step} tokens)"
+        )
+    return budget // per_step

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 import torch
 import torch.distributed as dist
 
+from pipeline.models.attention import use_small_head_attention
+from pipeline.models.loading import load_checkpoint, load_checkpoint_tokenizer
 from pipeline.ranks import Ranks
 from pipeline.train.precision import fsdp_mixed_precision, output_layer_policy
 
@@ -160,9 +162,6 @@ def load_into_shards(
     and each rank keeps its slice; then rank 0 shards its own copy (which frees the rest of it).
     Host memory: one float32 copy on rank 0; each other rank its shards and one tensor in flight."""
     from transformers import AutoModelForCausalLM
-
-    from pipeline.models.attention import use_small_head_attention
-    from pipeline.models.checkpoints import load_checkpoint, load_checkpoint_tokenizer
 
     config = generation = None
     if ranks.main:

@@ -27,17 +27,16 @@ from pipeline.data.chat import ChatSampler, encode_chats
 from pipeline.data.encode import (
     ExampleSampler,
     encode_classification,
-    lm_eval_set,
     lm_sampler,
     read_task,
     split_of_task,
 )
+from pipeline.data.heldout import heldout_eval_set, lm_eval_set
 from pipeline.evaluate.benchmarks import configured_rows, eval_configured
 from pipeline.evaluate.generation import write_responses
-from pipeline.evaluate.heldout import EVAL_METRICS, heldout_eval_set
-from pipeline.evaluate.perplexity import eval_perplexity
+from pipeline.evaluate.perplexity import EVAL_METRICS, eval_perplexity
 from pipeline.evaluate.tasks import eval_task
-from pipeline.models.checkpoints import CheckpointSpec, default_dtype, dtype_name, load_checkpoint
+from pipeline.models.loading import default_dtype, dtype_name, load_checkpoint
 from pipeline.models.shapes import shape_of
 from pipeline.ranks import SINGLE, Ranks
 from pipeline.tables import metric_row
@@ -50,6 +49,7 @@ from pipeline.train.memory import plan_run
 from pipeline.train.placement import WHOLE, Whole
 
 if TYPE_CHECKING:
+    from pipeline.models.checkpoints import CheckpointSpec
     from pipeline.train.finetune_job import FinetuneJob
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from pipeline.models.checkpoints import CheckpointSpec
+from pipeline.runtime import pick_device, set_threads, setup_rank_logging
 from pipeline.train.config import FinetuneConfig
+from pipeline.train.launch import run_on_ranks as launch
 
 MODULE = "pipeline.train.finetune_job"
 
@@ -102,7 +104,6 @@ def execute(job: FinetuneJob, placement) -> list[dict]:
 
 def run_in_process(job: FinetuneJob) -> list[dict]:
     """The job in this process, the model whole."""
-    from pipeline.runtime import pick_device, set_threads
     from pipeline.train.placement import Whole
 
     set_threads(job.threads)
@@ -112,8 +113,6 @@ def run_in_process(job: FinetuneJob) -> list[dict]:
 def run_on_ranks(job: FinetuneJob, ranks: int, job_file: str | Path) -> None:
     """The job on `ranks` processes under torchrun (each with its share of the job's threads),
     the model sharded (any rank count, one included); raises if a rank fails."""
-    from pipeline.train.launch import run_on_ranks as launch
-
     per_rank = replace(job, threads=max(1, job.threads // ranks))
     launch(MODULE, per_rank.to_json(), ranks, job_file, per_rank.threads)
 
@@ -122,7 +121,6 @@ def main(job_file: str) -> None:
     """One rank of a job started by torchrun: the model sharded over the job's ranks."""
     import torch.distributed as dist
 
-    from pipeline.runtime import pick_device, set_threads, setup_rank_logging
     from pipeline.train.distributed import init_ranks
     from pipeline.train.placement import Sharded
 

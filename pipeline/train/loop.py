@@ -13,20 +13,22 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from pipeline.models.losses import IGNORE_INDEX, body_hidden, fused_head, fused_linear_cross_entropy
+from pipeline.data.batches import IGNORE_INDEX
+from pipeline.models.losses import body_hidden, fused_head, fused_linear_cross_entropy
 from pipeline.train import resume
-from pipeline.train.config import TrainConfig
 from pipeline.train.distributed import state_bytes
 from pipeline.train.placement import WHOLE, Whole
 from pipeline.train.precision import check_precision
 from pipeline.train.schedules import lambda_schedule
+
+if TYPE_CHECKING:
+    from pipeline.train.config import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -40,47 +42,6 @@ class TrainResult:
     seconds: float = 0.0
     resumed_from: int = 0
     state_bytes: dict[str, int] = field(default_factory=dict)  # this rank's, after its first step
-
-
-class EpochOrder:
-    """Index stream over n examples; epoch e visits them in a permutation seeded by (seed, e)."""
-
-    def __init__(self, n: int, seed: int):
-        if n < 1:
-            raise ValueError("cannot sample from an empty training split")
-        self.n, self.seed = n, seed
-
-    @lru_cache(maxsize=4)  # noqa: B019 (a few permutations per sampler, which lives for the run)
-    def _order(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, epoch]).permutation(self.n)
-
-    def take(self, first: int, count: int) -> list[int]:
-        return [int(self._order(i // self.n)[i % self.n]) for i in range(first, first + count)]
-
-
-class ChunkSampler:
-    """Batches of contiguous token chunks; epoch e visits chunks in a permutation seeded by (seed, e).
-
-    Chunk i covers tokens [i*L, i*L + L] (L+1 tokens: inputs and shifted targets).
-    """
-
-    def __init__(self, tokens: np.ndarray, seq_len: int, batch_size: int, seed: int):
-        self.tokens = tokens
-        self.seq_len = seq_len
-        self.batch_size = batch_size
-        self.seed = seed
-        self.n_chunks = (len(tokens) - 1) // seq_len
-        if self.n_chunks < 1:
-            raise ValueError(f"{len(tokens)} tokens cannot fill one sequence of length {seq_len}")
-
-        self.order = EpochOrder(self.n_chunks, seed)
-
-    def batch(self, step: int) -> dict[str, torch.Tensor]:
-        idx = self.order.take(step * self.batch_size, self.batch_size)
-        starts = np.asarray(idx, dtype=np.int64) * self.seq_len
-        rows = np.stack([self.tokens[s : s + self.seq_len + 1] for s in starts]).astype(np.int64)
-        rows = torch.from_numpy(rows)
-        return {"input_ids": rows[:, :-1], "labels": rows[:, 1:]}
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:

@@ -26,9 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from pipeline.models.shapes import ModelShape
+from pipeline.models.hub import HUB_PRESETS
 from pipeline.train.config import FinetuneConfig, resolve_precision
+
+if TYPE_CHECKING:
+    from pipeline.models.shapes import ModelShape
 
 GIB = 1 << 30
 STATE_BYTES = {"weights": 4, "gradients": 4, "optimizer": 8}  # per parameter, float32
@@ -191,7 +195,6 @@ PAPER_MODELS = ("olmo-1b", "olmo-2-7b", "amber")
 
 def plans_table(batch_size: int = 256, seq_len: int = 2048, precision: str = "bf16-mixed") -> str:
     """Markdown table of the plans of the paper's hub models on 40 and 80 GB GPUs (docs/scaling.md)."""
-    from pipeline.models.hub import HUB_PRESETS
 
     header = ["model", "GPU", "activation checkpointing", "GPUs per job", "micro-batch"]
     header.append("per GPU (GiB): total = states + working weights + activations + logits (of usable)")

@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
+from pipeline.models.loading import load_checkpoint
+from pipeline.models.losses import fused_head
 from pipeline.ranks import SINGLE, Ranks
+from pipeline.train.distributed import full_copy, load_into_shards, local, reshard, shard_model
+from pipeline.train.precision import compute_context, fp32_output_layer
+from pipeline.train.recompute import enable_activation_checkpointing
 
 if TYPE_CHECKING:
     from pipeline.models.checkpoints import CheckpointSpec
@@ -32,7 +37,6 @@ class Whole:
     def load(self, spec: CheckpointSpec, path: str | None, device: str, precision: str, recompute: bool):
         """(model, tokenizer) in float32 (master) weights on `device` (AdamW on bf16 weights loses
         small updates); `recompute`: activation checkpointing per decoder layer."""
-        from pipeline.models.checkpoints import load_checkpoint
 
         model, tokenizer, _, _ = load_checkpoint(spec, path, device, dtype=torch.float32)
         _recompute(model, recompute)
@@ -40,14 +44,11 @@ class Whole:
 
     def compute(self, precision: str, device: torch.device):
         """The context of a forward pass: bf16 autocast for bf16-mixed."""
-        from pipeline.train.precision import compute_context
 
         return compute_context(precision, device)
 
     def prepare_output(self, model: torch.nn.Module, precision: str) -> None:
         """Logits in float32 for a model trained through `model(...).logits` (no fused head)."""
-        from pipeline.models.losses import fused_head
-        from pipeline.train.precision import fp32_output_layer
 
         if fused_head(model) is None and precision != "fp32":
             fp32_output_layer(model)
@@ -65,7 +66,6 @@ class Whole:
         if next(model.parameters()).dtype == dtype:
             yield model.eval()
             return
-        from pipeline.train.distributed import full_copy
 
         with _released(full_copy(model, dtype)) as copy:
             yield copy
@@ -81,7 +81,6 @@ class Sharded(Whole):
 
     def load(self, spec: CheckpointSpec, path: str | None, device: str, precision: str, recompute: bool):
         """(model, tokenizer) sharded, the checkpoint read once (by rank 0) for the whole job."""
-        from pipeline.train.distributed import load_into_shards, shard_model
 
         def prepare(model: torch.nn.Module) -> None:
             _recompute(model, recompute)
@@ -97,20 +96,17 @@ class Sharded(Whole):
         """Nothing: the output layer has its own float32 FSDP2 policy (shard_model)."""
 
     def local(self, t: torch.Tensor) -> torch.Tensor:
-        from pipeline.train.distributed import local
 
         return local(t)
 
     def settle(self, model: torch.nn.Module) -> None:
         """Free the layers FSDP2 gathered for a forward without backward."""
-        from pipeline.train.distributed import reshard
 
         reshard(model)
 
     @contextlib.contextmanager
     def whole(self, model: torch.nn.Module, dtype: torch.dtype) -> Iterator[torch.nn.Module]:
         """A whole copy in `dtype` on every rank, gathered one tensor at a time (a collective)."""
-        from pipeline.train.distributed import full_copy
 
         with _released(full_copy(model, dtype)) as copy:
             yield copy
@@ -121,8 +117,6 @@ WHOLE = Whole()
 
 def _recompute(model: torch.nn.Module, recompute: bool) -> None:
     if recompute:
-        from pipeline.train.recompute import enable_activation_checkpointing
-
         enable_activation_checkpointing(model)
 
 

@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline.data.batches import ChunkSampler
 from pipeline.data.tokenizer import load_tokenizer
 from pipeline.io import atomic_path, write_json
 from pipeline.models.build import build_model, count_parameters, init_std, model_config
-from pipeline.models.presets import steps_for_budget
 from pipeline.ranks import SINGLE
 from pipeline.train import resume
-from pipeline.train.config import PretrainConfig
-from pipeline.train.loop import ChunkSampler, train
+from pipeline.train.config import PretrainConfig, steps_for_budget
+from pipeline.train.loop import train
 from pipeline.train.recompute import enable_activation_checkpointing
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,10 @@ longer grows with the layer count). Numbers do not change
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 def enable_activation_checkpointing(model: torch.nn.Module) -> None:

@@ -12,11 +12,13 @@ import shutil
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
-from pipeline.ranks import Ranks
+if TYPE_CHECKING:
+    from pipeline.ranks import Ranks
 
 
 def _previous(path: Path) -> Path:

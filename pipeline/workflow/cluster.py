@@ -17,10 +17,10 @@ from typing import Any
 
 from snakemake.exceptions import WorkflowError
 
-from pipeline.judge.config import JudgeResources
+from pipeline.judge.config import JudgeConfigError, JudgeResources
 from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.models.hub import HubRevisionError, check_hub_checkpoints
-from pipeline.models.presets import job_resources
+from pipeline.models.presets import SIZE_PRESETS
 from pipeline.train.memory import Plan, PlanError
 from pipeline.workflow.config import finetune_ranks
 from pipeline.workflow.plans import checkpoint_shape, finetune_plan
@@ -113,7 +113,7 @@ def fixed_resources(mem_mb: int, runtime: int) -> dict[str, Callable]:
 
 def max_gpus(preset: str, device: str, params: int | None = None) -> int:
     """GPUs one job on `preset` (a hub checkpoint: of `params` parameters) can use, by the rule
-    that sizes its resources (presets.job_resources): every stage runs its model on a single
+    that sizes its resources (job_resources): every stage runs its model on a single
     device (no model or data parallelism), so 1, and 0 with `device: cpu`."""
     sized_for = "cpu" if device == "cpu" else "cuda"
     return max(job_resources(preset, stage, sized_for, params)["gpu"] for stage in STAGES)
@@ -240,8 +240,7 @@ def judge_resources(r: JudgeResources) -> dict[str, Any]:
 def check_judge_jobs(jobs: Iterable, judge: Any) -> None:
     """An openai-backend judge's endpoint answers before any job runs (so no generation is wasted
     on a judge that cannot be reached); only when judge jobs are to run."""
-    from pipeline.judge.backends import check_endpoint
-    from pipeline.judge.config import JudgeConfigError
+    from pipeline.judge.backends import check_endpoint  # heavy (transformers): only when judging
 
     if judge.backend != "openai" or not any(job.rule.name == JUDGE_RULE for job in jobs):
         return
@@ -249,3 +248,46 @@ def check_judge_jobs(jobs: Iterable, judge: Any) -> None:
         check_endpoint(judge)
     except JudgeConfigError as err:
         raise WorkflowError(str(err)) from None
+
+
+def job_resources(preset: str, stage: str, device: str, params: int | None = None) -> dict[str, int]:
+    """Scheduler resources (mem_mb, runtime in minutes, gpu count) of a job on a preset.
+
+    Sized from the parameter count so a SLURM profile can place jobs; generous for the
+    paper's presets, small for `tiny` so a workstation runs many at once. `params` (a hub
+    checkpoint's parameter count, `pipeline/models/hub.py`) sizes the job from it instead of a preset.
+    """
+    if params is not None:
+        return hub_job_resources(params, stage, device)
+    p = SIZE_PRESETS.get(preset)
+    params = 0 if p is None else 12 * p.num_hidden_layers * p.hidden_size**2 + 2 * 50304 * p.hidden_size
+    gpu = int(device != "cpu")
+    mem_mb = 2000 + params * 16 // 1_000_000 * 4  # fp32 weights + Adam moments + activations
+    runtime = {"pretrain": 60, "perturb": 30, "finetune": 30}.get(stage, 30)
+    if params > 20_000_000:
+        runtime *= 24
+    return {"mem_mb": int(mem_mb), "runtime": int(runtime), "gpu": gpu}
+
+
+# Host-memory bytes per parameter of a job on a loaded (hub) checkpoint. On CPU everything is in
+# host memory in fp32: perturbation keeps the weights and a copy to restore (8 B), fine-tuning
+# the weights, gradients and two AdamW moments (16 B); +25% for activations and the loader. On
+# GPU the host stages the weights while loading and perturbation keeps its restore copy there
+# (pipeline/sweeps/noise.py; bf16, 2 B): 5 B covers both. The GPU itself is asked for by count (one
+# per job; its type via set-resources).
+HOST_BYTES_PER_PARAM = {
+    "cpu": {"perturb": 10, "finetune": 20, "pretrain": 20},
+    "cuda": {"perturb": 5, "finetune": 5, "pretrain": 5},
+}
+
+
+def hub_job_resources(params: int, stage: str, device: str) -> dict[str, int]:
+    """Resources of a job on a checkpoint of `params` parameters, e.g. with `device: cuda` OLMo-1B
+    ~10 GB host memory and 1.5 h, the 7B models ~40 GB and 7-7.5 h. Runtime grows with the size:
+    the stage's base minutes times one per 500M parameters (rounded up), at most 48x."""
+    gpu = int(device != "cpu")
+    per_param = HOST_BYTES_PER_PARAM["cpu" if device == "cpu" else "cuda"].get(stage, 20)
+    mem_mb = 4000 + params * per_param // 1_000_000
+    base = {"pretrain": 60, "perturb": 30, "finetune": 30}.get(stage, 30)
+    runtime = base * min(48, max(1, -(-params // 500_000_000)))
+    return {"mem_mb": int(mem_mb), "runtime": int(runtime), "gpu": gpu}

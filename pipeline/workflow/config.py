@@ -27,16 +27,25 @@ import yaml
 from snakemake.exceptions import WorkflowError
 
 from pipeline.curvature.config import CurvatureConfig
-from pipeline.data.tasks import EMBEDDED_TASKS, TASK_NAMES, TaskError, task_files, task_kind
-from pipeline.evaluate.benchmarks import SUITE, BenchmarkError, benchmark_config, validate_benchmark_tasks
+from pipeline.data.task_items import TaskError
+from pipeline.data.tasks import EMBEDDED_TASKS, TASK_NAMES, task_files, task_kind
+from pipeline.evaluate.benchmark_registry import (
+    SUITE,
+    BenchmarkError,
+    benchmark_config,
+    validate_benchmark_tasks,
+)
 from pipeline.judge.config import AlpacaEvalConfig, JudgeConfigError
+from pipeline.layout import format_hparam
 from pipeline.models.checkpoints import CheckpointSpec, study_checkpoints
-from pipeline.models.presets import finetune_lr_grid, format_hparam, steps_for_budget
+from pipeline.sweeps.lr_grids import finetune_lr_grid
 from pipeline.sweeps.lr_search import LRSearch, SearchError
 from pipeline.sweeps.lr_search import exhaustive as search_exhaustive
 from pipeline.sweeps.lr_search import from_config as search_from_config
 from pipeline.theory.config import check_config as check_theory
-from pipeline.train.config import FinetuneConfig, PretrainConfig, hyperparameters
+from pipeline.train.config import FinetuneConfig, PretrainConfig, hyperparameters, steps_for_budget
+from pipeline.train.memory import PlanError
+from pipeline.workflow.plans import finetune_plan
 
 MAX_ERRORS = 10  # schema errors reported at once
 TYPE_NAMES = {
@@ -60,7 +69,8 @@ class ConfigError(WorkflowError):
 
 def registry_enums() -> dict[str, list[str]]:
     """The names the schema takes from the registries (`x-registry: <name>` in config/schema.yaml):
-    tasks and benchmarks are declared once, in pipeline/data/tasks.py and pipeline/evaluate/benchmarks.py."""
+    tasks and benchmarks are declared once, in pipeline/data/tasks.py and
+    pipeline/evaluate/benchmark_registry.py."""
     return {
         "tasks": list(TASK_NAMES),
         "tokenizer_texts": ["python_stdlib", *EMBEDDED_TASKS],
@@ -337,9 +347,6 @@ def check_ranks(config: dict) -> None:
 def check_plans(config: dict, specs: Iterable[CheckpointSpec]) -> None:
     """Every checkpoint's fine-tuning jobs fit the config's GPUs (the memory planner), else the
     planner's arithmetic as a config error before any job starts."""
-    from pipeline.train.memory import PlanError
-    from pipeline.workflow.plans import finetune_plan
-
     for spec in specs:
         try:
             finetune_plan(spec, config)

@@ -9,11 +9,11 @@ not a hand-kept key list, so a new field reaches the job without an edit here.
 from __future__ import annotations
 
 from dataclasses import asdict, fields
+from typing import TYPE_CHECKING
 
 from pipeline.curvature.config import CurvatureConfig
 from pipeline.fields import tagged
 from pipeline.judge.config import judge_params as _judge_params
-from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.sweeps.lr_search import SELECT_METRIC, SELECT_SPLIT
 from pipeline.train.config import FinetuneConfig, PretrainConfig, changes_numbers, hyperparameters
 from pipeline.workflow.config import (
@@ -28,6 +28,9 @@ from pipeline.workflow.config import (
     finetune_search,
     finetune_section,
 )
+
+if TYPE_CHECKING:
+    from pipeline.models.checkpoints import CheckpointSpec
 
 # config keys that cannot change a number in any section: the run configs EXECUTION fields, threads, ranks
 UNNUMBERED = {

@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
-from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.models.hub import HUB_PRESETS, hub_shape
 from pipeline.models.presets import SIZE_PRESETS, preset_shape
 from pipeline.models.shapes import ModelShape, shape_of
 from pipeline.train.config import FinetuneConfig, execution, hyperparameters
 from pipeline.train.memory import Plan, PlanError, plan_run
+
+if TYPE_CHECKING:
+    from pipeline.models.checkpoints import CheckpointSpec
 
 
 def checkpoint_shape(spec: CheckpointSpec, vocab: int | None) -> ModelShape:

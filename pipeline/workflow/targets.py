@@ -13,8 +13,8 @@ from pipeline import layout
 from pipeline.analysis.figure_registry import figures_of_stage
 from pipeline.data.corpus import EMBEDDED_PACKAGES
 from pipeline.data.tasks import TASK_NAMES, task_files
+from pipeline.layout import format_hparam
 from pipeline.models.checkpoints import CheckpointSpec
-from pipeline.models.presets import format_hparam
 from pipeline.workflow.config import (
     alpaca_eval_config,
     alpaca_eval_enabled,

@@ -1,7 +1,8 @@
 """Rule alpaca_eval_base: a checkpoint's responses to the instruction set before fine-tuning."""
 
 from pipeline.evaluate.generation import write_responses
-from pipeline.models.checkpoints import CheckpointSpec, load_checkpoint
+from pipeline.models.checkpoints import CheckpointSpec
+from pipeline.models.loading import load_checkpoint
 from pipeline.runtime import pick_device, set_threads, setup_logging
 
 setup_logging(snakemake.log[0])

@@ -6,8 +6,7 @@ import logging
 from pathlib import Path
 
 from pipeline.io import write_parquet
-from pipeline.layout import FINETUNE_BENCHMARK, study_path
-from pipeline.models.presets import format_hparam
+from pipeline.layout import FINETUNE_BENCHMARK, format_hparam, study_path
 from pipeline.runtime import setup_logging
 from pipeline.sweeps import lr_search
 from pipeline.sweeps.search_rounds import benchmark_seconds, cost_table, path_table

@@ -3,7 +3,7 @@
 import logging
 
 from pipeline.data.encode import task_frame
-from pipeline.data.tasks import load_task, task_stats
+from pipeline.data.task_loading import load_task, task_stats
 from pipeline.io import write_parquet
 from pipeline.runtime import setup_logging
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.data.encode import read_task
-from pipeline.data.tasks import item_text
+from pipeline.data.task_items import item_text
 from pipeline.data.tokenizer import study_tokenizer
 from pipeline.io import atomic_path
 from pipeline.runtime import setup_logging

@@ -42,8 +42,8 @@ def test_off_writes_nothing(study_files):  # noqa: F811
 def test_curvature_tokens_are_the_first_windows_of_the_heldout_set(study_files, tokenizer):  # noqa: F811
     """The stage's token set: the perturbation stage's held-out windows, cut at max_tokens."""
     from pipeline.curvature.stage import curvature_eval_set
-    from pipeline.evaluate.heldout import heldout_eval_set
-    from pipeline.models.checkpoints import load_checkpoint
+    from pipeline.data.heldout import heldout_eval_set
+    from pipeline.models.loading import load_checkpoint
 
     model = load_checkpoint(study_files["spec"], study_files["ckpt"])[0]
     cfg = CurvatureConfig(max_tokens=300)

@@ -12,7 +12,7 @@ from pipeline.curvature.config import CurvatureConfig
 from pipeline.curvature.hessian import directional, fd_curvature, hutchinson, hvps, sharpness, top_eigenvalue
 from pipeline.curvature.lines import EAGER, line_rows, prepare, token_loss, trainable
 from pipeline.curvature.summary import smallest_lambda_error
-from pipeline.evaluate.perplexity import build_eval_set
+from pipeline.data.heldout import build_eval_set
 from pipeline.models.build import init_std
 from pipeline.sweeps.noise import gaussian_direction, perturb_gaussian
 

@@ -18,7 +18,9 @@ import yaml
 from workflow_utils import ROOT, planned_jobs, smoke_config, snakemake, write_config
 
 from pipeline.analysis.stats import tuned_table
+from pipeline.data import task_loading as L
 from pipeline.data import tasks as T
+from pipeline.data.batches import IGNORE_INDEX
 from pipeline.data.chat import (
     DEFAULT_CHAT_TEMPLATE,
     ChatSampler,
@@ -28,17 +30,19 @@ from pipeline.data.chat import (
 )
 from pipeline.data.corpus import build_corpus
 from pipeline.data.encode import read_task, task_frame
-from pipeline.data.tasks import ChatItem, Message, TaskError, item_text, load_task
+from pipeline.data.task_items import SPLITS, ChatItem, Message, TaskError, item_text
+from pipeline.data.task_loading import load_task
 from pipeline.data.tokenizer import as_hf_tokenizer
 from pipeline.evaluate.tasks import eval_chat
 from pipeline.io import write_parquet
 from pipeline.models.build import build_model, model_config
 from pipeline.models.checkpoints import CheckpointSpec
-from pipeline.models.presets import INSTRUCT_FINETUNE, INSTRUCT_FINETUNE_LRS, finetune_lr_grid
+from pipeline.sweeps.lr_grids import INSTRUCT_FINETUNE_LRS, finetune_lr_grid
 from pipeline.tables import metrics_frame
+from pipeline.train.config import INSTRUCT_FINETUNE, TrainConfig
 from pipeline.train.finetune import TASK_METRICS, FinetuneConfig, finetune_run, task_base_rows
 from pipeline.train.finetune_job import FinetuneJob
-from pipeline.train.loop import IGNORE_INDEX, TrainConfig, make_optimizer, make_schedule
+from pipeline.train.loop import make_optimizer, make_schedule
 
 CREW = ["Ishmael", "Ahab", "Queequeg", "Starbuck", "Stubb", "Flask", "Pip", "Tashtego", "Daggoo"]
 CHATML = (
@@ -141,22 +145,24 @@ def test_chat_tasks_from_local_hub_copies(hub_dirs, tmp_path):
         Message("user", "And then?"),
         Message("assistant", "Then Queequeg saw the whale."),
     )
-    tulu = load_task("tulu", hub(hub_dirs["tulu"], hub_splits=dict.fromkeys(T.SPLITS, "train")))
+    tulu = load_task("tulu", hub(hub_dirs["tulu"], hub_splits=dict.fromkeys(SPLITS, "train")))
     n = {s: len(v) for s, v in tulu.splits.items()}
     assert (
         sum(n.values()) == 60 and n["train"] > n["validation"] > 0 and n["test"] > 0
     )  # one pool, divided by hash
     assert any(c.messages[0] == Message("system", "You are a sailor.") for c in tulu.splits["train"])
     capped = load_task(
-        "tulu", hub(hub_dirs["tulu"], hub_splits=dict.fromkeys(T.SPLITS, "train"), max_items={"train": 10})
+        "tulu", hub(hub_dirs["tulu"], hub_splits=dict.fromkeys(SPLITS, "train"), max_items={"train": 10})
     )
     assert (
         capped.splits["train"] == tulu.splits["train"][:10] and capped.splits["test"] == tulu.splits["test"]
     )  # a random subset, deterministic
     assert (
-        T._config("tulu", {"source": "hub"})["max_items"]["train"] == 200000
+        T.task_config("tulu", {"source": "hub"})["max_items"]["train"] == 200000
     )  # the paper's 200k subset by default
-    assert T._config("tulu", {"source": "hub", "max_items": {"train": None}})["max_items"]["train"] is None
+    assert (
+        T.task_config("tulu", {"source": "hub", "max_items": {"train": None}})["max_items"]["train"] is None
+    )
     alpaca = load_task("alpaca", hub(hub_dirs["alpaca"]))
     convs = {c.messages[0].content: c for s in alpaca.splits.values() for c in s}
     assert convs["Tell who keeps watch 3.\n\nThe ship is number 3."].messages[1] == Message(
@@ -172,7 +178,7 @@ def test_chat_tasks_from_local_hub_copies(hub_dirs, tmp_path):
         == "<|user|>\nWho sailed with Queequeg on voyage h2?\n<|assistant|>\nTashtego sailed with Queequeg.\n"
         "<|user|>\nAnd then?\n<|assistant|>\nThen Queequeg saw the whale.\n"
     )
-    assert T.task_stats(hh)["train"]["assistant_turns"] == 160
+    assert L.task_stats(hh)["train"]["assistant_turns"] == 160
 
 
 # --- chat templates and assistant masks ---------------------------------------------------------
@@ -522,7 +528,7 @@ def test_bad_chat_input_names_the_culprit(tmp_path, offline_datasets):
             + [{"chosen": text, "rejected": ""}],
         )
         with pytest.raises(TaskError, match=match):
-            load_task("hh", hub(d, hub_splits=dict.fromkeys(T.SPLITS, "train"), **kw))
+            load_task("hh", hub(d, hub_splits=dict.fromkeys(SPLITS, "train"), **kw))
         return d
 
     d = hh_error(
@@ -543,7 +549,7 @@ def test_bad_chat_input_names_the_culprit(tmp_path, offline_datasets):
         "hh",
         hub(
             d,
-            hub_splits=dict.fromkeys(T.SPLITS, "train"),
+            hub_splits=dict.fromkeys(SPLITS, "train"),
             invalid_rows="skip",
             split_fractions={"validation": 0.3, "test": 0.3},
         ),
@@ -558,7 +564,7 @@ def test_bad_chat_input_names_the_culprit(tmp_path, offline_datasets):
             tulu_rows(3) + [{"dataset": "x", "id": "x_9", "messages": messages}],
         )
         with pytest.raises(TaskError, match=match):
-            load_task("tulu", hub(f, hub_splits=dict.fromkeys(T.SPLITS, "train")))
+            load_task("tulu", hub(f, hub_splits=dict.fromkeys(SPLITS, "train")))
 
     tulu_error(
         [{"role": "user", "content": "hi"}, {"role": "gpt", "content": "hello"}],

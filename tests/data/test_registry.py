@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pipeline.data import tasks as T
 from pipeline.data.packages import PINS
+from pipeline.data.task_items import KINDS, SPLITS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,8 +37,8 @@ def _enums(node, path: str = "") -> Iterator[tuple[str, list]]:
 def test_every_task_is_one_complete_entry():
     assert T.TASK_NAMES == tuple(T.TASKS) and all(name == t.name for name, t in T.TASKS.items())
     for t in T.TASKS.values():
-        assert t.kind in T.KINDS, t.name
-        assert set(t.hub_splits) == set(T.SPLITS) and t.hub_path, t.name
+        assert t.kind in KINDS, t.name
+        assert set(t.hub_splits) == set(SPLITS) and t.hub_path, t.name
         assert (t.hub_row is None) == (t.text_field is not None) == (t.kind == "lm" and not t.hub_fields), (
             t.name
         )
@@ -86,3 +87,12 @@ def test_config_comment_lists_the_embedded_tasks():
     }
     for kind in ("lm", "classification", "chat"):
         assert listed[kind] == [n for n in T.EMBEDDED_TASKS if T.TASKS[n].kind == kind], (kind, comment)
+
+
+def test_the_task_data_dataclass_owns_the_defaults():
+    """finetune.task_data.<task>: the schema types each key of TaskData and defaults none of them."""
+    from dataclasses import fields
+
+    entry = _schema()["properties"]["finetune"]["properties"]["task_data"]["additionalProperties"]
+    assert set(entry["properties"]) == {f.name for f in fields(T.TaskData)}
+    assert not [k for k, v in entry["properties"].items() if "default" in v]

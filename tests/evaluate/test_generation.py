@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from pipeline.data.chat import encode_chats
-from pipeline.data.tasks import ChatItem, Message
+from pipeline.data.task_items import ChatItem, Message
 from pipeline.evaluate.generation import GenerationConfig, generate_responses, prompt_ids
 
 INSTRUCTIONS = [

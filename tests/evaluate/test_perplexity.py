@@ -4,9 +4,10 @@ import math
 
 import pytest
 
+from pipeline.data.batches import IGNORE_INDEX
+from pipeline.data.heldout import build_eval_set, rolling_windows
 from pipeline.data.tokenizer import encode_documents
-from pipeline.evaluate.perplexity import build_eval_set, eval_perplexity, rolling_windows
-from pipeline.train.loop import IGNORE_INDEX
+from pipeline.evaluate.perplexity import eval_perplexity
 
 
 def test_rolling_windows_score_every_token_once():
@@ -29,8 +30,10 @@ def test_eval_set_labels_only_scored_targets(tokenizer, moby_docs):
 
 def _train_a_little(model, tokenizer, texts, steps=30):
     """A few steps of training so the comparison is not made on a uniform model."""
+    from pipeline.data.batches import ChunkSampler
     from pipeline.data.tokenizer import token_stream
-    from pipeline.train.loop import ChunkSampler, TrainConfig, train
+    from pipeline.train.config import TrainConfig
+    from pipeline.train.loop import train
 
     stream = token_stream(tokenizer, texts)
     sampler = ChunkSampler(stream, 64, 8, seed=0)

@@ -20,7 +20,7 @@ RANKING = "alpaca_eval_llama3_70b_fn"  # the paper's judge prompt: ranking_parse
 def mbpp_pairs():
     """12 real instructions; output_1 the reference solution, output_2 a different real answer
     (the next problem's solution), so no pair is identical."""
-    from pipeline.data.tasks import load_task
+    from pipeline.data.task_loading import load_task
 
     convs = load_task("mbpp", {"source": "embedded"}).splits["test"][:12]
     inst = [c.messages[0].content for c in convs]

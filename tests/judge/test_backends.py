@@ -141,7 +141,7 @@ def test_hf_local_logprob_judge_on_the_standin(standin_judge, tmp_path):
     """AlpacaEval 2's weighted judge answered by a real local model: every answer is parsable
     (the log-probabilities of "m" and "M" are read from its full distribution), batched and
     one-at-a-time agree (left padding), and the preference is P(M) / (P(m) + P(M)) + 1."""
-    from pipeline.data.tasks import load_task
+    from pipeline.data.task_loading import load_task
 
     cfg, model, tok = standin_judge
     convs = load_task("mbpp", {"source": "embedded"}).splits["test"][:4]

@@ -12,7 +12,7 @@ from pipeline.judge.instructions import COLUMNS, load_instructions
 
 @pytest.fixture(scope="module")
 def mbpp_test():
-    from pipeline.data.tasks import load_task
+    from pipeline.data.task_loading import load_task
 
     return load_task("mbpp", {"source": "embedded"}).splits["test"]
 
@@ -49,7 +49,7 @@ def test_local_file_in_alpaca_eval_schema(tmp_path, mbpp_test, suffix):
 
 def test_chat_task_prompts(tmp_path, mbpp_test):
     from pipeline.data.encode import task_frame
-    from pipeline.data.tasks import load_task
+    from pipeline.data.task_loading import load_task
     from pipeline.io import write_parquet
 
     table_path = tmp_path / "mbpp.parquet"

@@ -10,8 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pipeline.data.heldout import build_eval_set
 from pipeline.data.tokenizer import encode_documents
-from pipeline.evaluate.perplexity import build_eval_set, eval_perplexity
+from pipeline.evaluate.perplexity import eval_perplexity
 from pipeline.models.attention import (
     NAME,
     SCORE_BYTES,

@@ -19,13 +19,7 @@ import pytest
 import torch
 
 from pipeline.models.build import build_model, model_config
-from pipeline.models.checkpoints import (
-    CheckpointSpec,
-    fingerprint,
-    hub_checkpoints,
-    load_checkpoint,
-    study_checkpoints,
-)
+from pipeline.models.checkpoints import CheckpointSpec, hub_checkpoints, study_checkpoints
 from pipeline.models.hub import (
     DEFAULT_HUB_PARAMS,
     HUB_PRESETS,
@@ -37,7 +31,8 @@ from pipeline.models.hub import (
     parse_tokens,
     snapshot_into_cache,
 )
-from pipeline.models.presets import job_resources
+from pipeline.models.loading import fingerprint, load_checkpoint
+from pipeline.workflow.cluster import job_resources
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ROOT / "data" / "packages"
@@ -343,7 +338,8 @@ def test_hf_hub_offline_environment_in_a_fresh_process(hub_cache):
     cache, weights = hub_cache
     code = (
         "import sys, json\n"
-        "from pipeline.models.checkpoints import hub_checkpoints, load_checkpoint\n"
+        "from pipeline.models.checkpoints import hub_checkpoints\n"
+        "from pipeline.models.loading import load_checkpoint\n"
         "out = {}\n"
         "for spec in hub_checkpoints(sys.argv[1], sys.argv[2:]):\n"
         "    model = load_checkpoint(spec, None)[0]\n"

@@ -6,15 +6,11 @@ import torch
 import torch.nn.functional as F
 
 import pipeline.train.loop
+from pipeline.data.batches import IGNORE_INDEX, ChunkSampler
 from pipeline.data.tokenizer import token_stream
-from pipeline.models.losses import (
-    IGNORE_INDEX,
-    body_hidden,
-    fused_head,
-    fused_linear_cross_entropy,
-    linear_nll_sum,
-)
-from pipeline.train.loop import ChunkSampler, TrainConfig, train
+from pipeline.models.losses import body_hidden, fused_head, fused_linear_cross_entropy, linear_nll_sum
+from pipeline.train.config import TrainConfig
+from pipeline.train.loop import train
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import math
 import pandas as pd
 import pytest
 
-from pipeline.models.presets import PAPER_FINETUNE_LRS
 from pipeline.sweeps import lr_search
+from pipeline.sweeps.lr_grids import PAPER_FINETUNE_LRS
 from pipeline.sweeps.lr_search import SearchError, from_config, replay
 from pipeline.sweeps.search_rounds import play_round
 

@@ -154,7 +154,7 @@ def test_a_global_batch_must_split_evenly_over_the_ranks():
 def test_two_ranks_score_the_finetuned_model_on_the_benchmark_suite(study_files, tmp_path):
     """lm-eval on the sharded model: every rank scores its share of the requests from its
     gathered copy; the rows equal one process's."""
-    from pipeline.evaluate.benchmarks import benchmark_config
+    from pipeline.evaluate.benchmark_registry import benchmark_config
 
     root = Path(__file__).resolve().parents[2]
     bench = {
@@ -180,7 +180,8 @@ def test_a_rank_runs_its_slices_that_score_nothing_with_zero_weight(tiny_model):
     others): a sharded rank keeps a micro-batch without scored tokens and weights it 0."""
     import torch
 
-    from pipeline.models.losses import IGNORE_INDEX, fused_head
+    from pipeline.data.batches import IGNORE_INDEX
+    from pipeline.models.losses import fused_head
     from pipeline.train.loop import _batch_loss, _micro_batches, _scoring_one
 
     ids = torch.randint(1, 100, (4, 16))
@@ -249,7 +250,7 @@ def test_a_rank_dying_in_the_shared_evaluation_ends_the_job_and_leaves_it_resuma
     timeout, writes no rows, keeps its training state, and a rerun finishes from it."""
     import psutil
 
-    from pipeline.evaluate.benchmarks import benchmark_config
+    from pipeline.evaluate.benchmark_registry import benchmark_config
 
     root = Path(__file__).resolve().parents[2]
     bench = {

@@ -13,15 +13,15 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.analysis.stats import fixed_rate_runs, optimal_lr_table, tuned_table
+from pipeline.data.batches import IGNORE_INDEX
 from pipeline.data.encode import ExampleSampler, encode_classification, read_task, task_frame
-from pipeline.data.tasks import ClassificationItem
+from pipeline.data.task_items import ClassificationItem
 from pipeline.evaluate.tasks import choice_logprobs, eval_classification
 from pipeline.io import write_parquet
 from pipeline.models.build import build_model
 from pipeline.tables import metrics_frame
 from pipeline.train.finetune import FinetuneConfig, finetune_run, task_base_rows
 from pipeline.train.finetune_job import FinetuneJob
-from pipeline.train.loop import IGNORE_INDEX
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -346,7 +346,8 @@ def test_tuned_rate_is_selected_on_the_seeds_every_rate_has():
 
 def test_gradient_accumulation_gives_the_whole_batch_gradient(tiny_model, tokenizer, mr_task):
     """micro_batch_size splits a batch (uneven label counts per row) without changing the update."""
-    from pipeline.train.loop import TrainConfig, train
+    from pipeline.train.config import TrainConfig
+    from pipeline.train.loop import train
 
     enc = encode_classification(tokenizer, mr_task.splits["train"], 64)
     sampler = ExampleSampler(enc, 8, seed=0, pad_token=tokenizer.pad_token_id)
@@ -362,7 +363,7 @@ def test_finetuned_models_are_scored_on_benchmarks(study_files, tmp_path):
     """eval.benchmarks in a fine-tuning job: the fine-tuned model is scored in memory; with the base
     checkpoint's rows (the lm_eval job) the tuned-LR table carries them into the Figure 2 analogue."""
     from pipeline.analysis.benchmark_figures import benchmark_scores, plot_benchmarks
-    from pipeline.evaluate.benchmarks import benchmark_config
+    from pipeline.evaluate.benchmark_registry import benchmark_config
     from pipeline.sweeps.benchmark_grid import benchmark_grid
 
     bench = {

@@ -15,9 +15,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from pipeline.data.batches import ChunkSampler
 from pipeline.data.tokenizer import token_stream
-from pipeline.train.loop import ChunkSampler, TrainConfig, make_optimizer, make_schedule, train
-from pipeline.train.pretrain import steps_for_budget
+from pipeline.train.config import TrainConfig, steps_for_budget
+from pipeline.train.loop import make_optimizer, make_schedule, train
 
 HP = dict(
     seq_len=32,

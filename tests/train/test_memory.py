@@ -9,12 +9,14 @@ import pytest
 import torch
 from transformers import Olmo2Config, Olmo2ForCausalLM
 
+from pipeline.data.batches import ChunkSampler
 from pipeline.data.tokenizer import token_stream
 from pipeline.models.build import build_model, count_parameters, model_config
 from pipeline.models.hub import HUB_PRESETS
 from pipeline.models.presets import SIZE_PRESETS, preset_shape
 from pipeline.models.shapes import ModelShape, shape_of
-from pipeline.train.loop import ChunkSampler, TrainConfig, train
+from pipeline.train.config import TrainConfig
+from pipeline.train.loop import train
 from pipeline.train.memory import GIB, PlanError, activation_bytes, estimate, plan_finetune
 from pipeline.train.recompute import enable_activation_checkpointing
 

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+from pipeline.data.batches import ChunkSampler
 from pipeline.data.tokenizer import token_stream
 from pipeline.models.build import build_model, model_config
 from pipeline.models.losses import fused_head
-from pipeline.train.config import FinetuneConfig, PretrainConfig, resolve_precision
-from pipeline.train.loop import ChunkSampler, TrainConfig, _batch_loss, train
+from pipeline.train.config import FinetuneConfig, PretrainConfig, TrainConfig, resolve_precision
+from pipeline.train.loop import _batch_loss, train
 from pipeline.train.precision import check_precision, compute_context
 from pipeline.train.recompute import enable_activation_checkpointing
 

@@ -2,11 +2,18 @@
 
 import math
 import re
-import subprocess
-import sys
 
 import pytest
-from workflow_utils import ROOT, smoke_config, snakemake, workflow_config, write_config
+from workflow_utils import (
+    HEAVY,
+    ROOT,
+    in_fresh_process,
+    parse_time_imports,
+    smoke_config,
+    snakemake,
+    workflow_config,
+    write_config,
+)
 
 from pipeline.data.corpus import CorpusError, Document, build_corpus
 from pipeline.workflow.config import ConfigError, load_schema, validate_config
@@ -271,29 +278,15 @@ def test_a_values_spectrum_dry_runs(tmp_path):
 
 # --- parse time: light imports, every shipped config dry-runs -----------------------------------------
 
-HEAVY = ("torch", "pandas", "numpy", "scipy", "matplotlib")
-
 
 def test_the_snakefile_imports_nothing_heavy():
     """Every module the Snakefile and rules/*.smk import (and the whole workflow layer), imported in a
     fresh process, loads none of torch, pandas, numpy, scipy, matplotlib: each parse of the workflow
     (every dry run, every cluster job) would pay for them."""
-    sources = [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))]
-    found = {m for f in sources for m in re.findall(r"^(?:from|import) ([\w.]+)", f.read_text(), re.M)}
-    found |= {
-        f"pipeline.{m}"
-        for f in sources
-        for m in re.findall(r"^from pipeline import (\w+)$", f.read_text(), re.M)
-    }
-    workflow = {f"pipeline.workflow.{p.stem}" for p in (ROOT / "pipeline" / "workflow").glob("[!_]*.py")}
-    modules = sorted(found | workflow)
+    modules = parse_time_imports()
     assert {"pipeline.workflow.config", "pipeline.data.tasks", "pipeline.layout"} <= set(modules)
-    code = "\n".join(
-        ["import sys", *(f"import {m}" for m in modules), f"print([m for m in {HEAVY} if m in sys.modules])"]
-    )
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert res.stdout.strip() == "[]", f"imported at parse time: {res.stdout.strip()} (modules {modules})"
+    loaded = in_fresh_process(modules, f"[m for m in {HEAVY} if m in sys.modules]")
+    assert loaded == "[]", f"imported at parse time: {loaded} (modules {modules})"
 
 
 SHIPPED = [

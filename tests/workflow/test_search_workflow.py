@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 from workflow_utils import ROOT, planned_jobs, smoke_config, snakemake, write_config
 
-from pipeline.analysis.stats import selection_scores
-from pipeline.models.presets import format_hparam
+from pipeline.layout import format_hparam
 from pipeline.sweeps import lr_search
+from pipeline.sweeps.selection import selection_scores
 
 STUDY = "ci-search"
 SEARCH = {"bracket": [3e-3, 3e-1], "points": 3, "resolution": 0.5, "max_widenings": 1}
