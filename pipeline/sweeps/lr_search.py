@@ -43,12 +43,23 @@ SELECTIONS = {
     "ppl": Selection(None, SELECT_SPLIT, SELECT_METRIC),
     "win_rate": Selection("alpaca_eval", "eval", "win_rate", maximize=True),
 }
-DEFAULTS = {"points": 3, "max_widenings": 2}
 MIN_RESOLUTION = 1e-4  # decades: neighbours then differ by 0.023%, still apart at 6 significant digits
 
 
 class SearchError(ValueError):
     """An invalid search setting; the message names the key."""
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """`finetune.learning_rates: {search: ...}` as written (config/schema/finetune.yaml types each
+    key); the defaults are these fields'. Either `grid`, or `bracket` + `resolution`."""
+
+    grid: str | list[float] | None = None  # a named grid or values, searched by index
+    bracket: list[float] | None = None  # [lo, hi] of a log lattice
+    resolution: float | None = None  # the lattice's spacing in decades (bracket)
+    points: int = 3  # learning rates of round 0
+    max_widenings: int = 2  # rounds that may extend the lattice past an edge
 
 
 @dataclass(frozen=True)
@@ -115,19 +126,18 @@ def from_config(value: dict) -> LRSearch:
       runs `points` values from lo to hi, whose spacing must halve down to `resolution`; the lattice
       reaches `max_widenings` coarse steps past each end.
     """
-    s = DEFAULTS | value
-    points, widenings = int(s["points"]), int(s["max_widenings"])
-    if points < 2:
-        raise SearchError(f"{KEY}.points: got {points}; expected at least 2 coarse points")
-    if ("grid" in s) == ("bracket" in s):
+    s = SearchSettings(**value)
+    if s.points < 2:
+        raise SearchError(f"{KEY}.points: got {s.points}; expected at least 2 coarse points")
+    if (s.grid is None) == (s.bracket is None):
         raise SearchError(f"{KEY}: give either `grid` (search a grid's values) or `bracket` + `resolution`")
-    if "grid" in s:
-        if "resolution" in s:
+    if s.grid is not None:
+        if s.resolution is not None:
             raise SearchError(
                 f"{KEY}.resolution: a grid search's resolution is the grid's own spacing; drop it"
             )
-        return _grid_search(s["grid"], points)
-    return _lattice_search(s["bracket"], points, s.get("resolution"), widenings)
+        return _grid_search(s.grid, s.points)
+    return _lattice_search(s.bracket, s.points, s.resolution, s.max_widenings)
 
 
 def exhaustive(grid: tuple[float, ...]) -> LRSearch:

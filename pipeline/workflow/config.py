@@ -6,7 +6,7 @@ failing `oneOf` is described by the branch the value meant, not by the whole sch
 
 One owner per default (config/schema.yaml states it too):
 - a key that is a field of its section's dataclass (PretrainConfig, FinetuneConfig, CurvatureConfig,
-  AlpacaEvalConfig and its parts, the search's lr_search.DEFAULTS): the dataclass owns the default
+  AlpacaEvalConfig and its parts, the search's lr_search.SearchSettings): the dataclass owns the default
   and the cross-key checks, the schema the type, enum and range (and no `default:`); code reads the
   dataclass built from the section (`hyperparameters`, `alpaca_eval_config`).
 - any other key: the schema owns the default, filled once here by `validate_config`; code reads
