@@ -3,7 +3,8 @@
 # in memory), and per (checkpoint, task) one judge job: every model against the reference run.
 # Judging is its own rule with the judge's own resources (alpaca_eval.resources), so a changed judge
 # reruns judging only; the SLURM profile packs several judge jobs in one submission (its `judge`
-# group and group-components).
+# group and group-components). The stage is named for the metric (AlpacaEval's win rate); its code is
+# pipeline/judge/, named for the work: a judge comparing two responses, whichever judge it is.
 
 
 rule alpaca_eval_instructions:

@@ -1,7 +1,8 @@
 # Generalist benchmarks through lm-evaluation-harness (Section 2, Figure 2): one job per checkpoint
 # scores its base model and its whole gamma x seed Gaussian grid on every task of eval.benchmarks
 # (the checkpoint is loaded once; finished cells are cached). Fine-tuned models are scored inside
-# their fine-tuning job (rules/finetune.smk), as their weights are never written to disk.
+# their fine-tuning job (rules/finetune.smk), as their weights are never written to disk. Code:
+# pipeline/sweeps/benchmark_grid.py over pipeline/evaluate/benchmarks.py (lm-eval's name for the stage).
 
 
 rule lm_eval:

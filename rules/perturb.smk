@@ -1,5 +1,6 @@
 # Gaussian perturbations: one job per checkpoint evaluates its base model and its whole
-# gamma x seed grid (the checkpoint is loaded once; finished cells are cached).
+# gamma x seed grid (the checkpoint is loaded once; finished cells are cached). Code:
+# pipeline/sweeps/perturb_grid.py (sweeps/ holds every grid a checkpoint fans out over).
 
 
 rule perturb:

@@ -1,4 +1,5 @@
 # The pre-training sweep: one run per (model preset, token budget), cosine to zero at the budget.
+# Code: pipeline/train/pretrain.py (train/ runs pre-training and fine-tuning alike).
 
 
 rule pretrain:

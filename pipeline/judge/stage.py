@@ -1,6 +1,7 @@
 """One judge job: every model of a (checkpoint, task) -- each fine-tuning run, and the checkpoint
 before fine-tuning -- judged against the reference run on the instruction set; its annotations
-and its metric rows (eval_data `alpaca_eval`, split `eval`; values are fractions)."""
+and its metric rows (eval_data `alpaca_eval`, split `eval`; values are fractions). The workflow's
+stage is rules/alpaca_eval.smk, named for the metric; this package is named for the judge."""
 
 from __future__ import annotations
 
