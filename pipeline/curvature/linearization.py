@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
+from pipeline.curvature.lines import trainable
 from pipeline.data.batches import IGNORE_INDEX
 
 Params = Mapping[str, torch.Tensor]
@@ -39,9 +40,9 @@ def hf_logits(model: torch.nn.Module) -> Logits:
     return logits
 
 
-def trainable(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """A detached copy of the parameters that require gradients, by name."""
-    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+def trainable_copy(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of the trained parameters (`lines.trainable`), by name: θ_pre for the gap."""
+    return {n: p.detach().clone() for n, p in trainable(model)}
 
 
 def _scored(labels: torch.Tensor | None, shape: torch.Size) -> torch.Tensor:

@@ -145,25 +145,24 @@ def _unwrap(query: str, prefix: str, suffix: str, where: str) -> str:
     return query[len(prefix) : len(query) - len(suffix)]
 
 
-def _arc_doc(doc: Mapping, where: str) -> dict:
-    """OLMES ARC doc -> the HF ai2_arc schema (choice labels are A, B, ...: only their index is used)."""
+def _lettered_doc(doc: Mapping, where: str, question_key: str) -> dict:
+    """OLMES multiple-choice doc -> the HF ai2_arc / openbookqa schema, the question under
+    `question_key` (choice labels are A, B, ...: only their index is used)."""
     labels = _letters(len(doc["choices"]))
     return {
         "id": doc["id"],
-        "question": _unwrap(doc["query"], "Question: ", "\nAnswer:", where),
+        question_key: _unwrap(doc["query"], "Question: ", "\nAnswer:", where),
         "choices": {"text": list(doc["choices"]), "label": labels},
         "answerKey": labels[doc["gold"]],
     }
+
+
+def _arc_doc(doc: Mapping, where: str) -> dict:
+    return _lettered_doc(doc, where, "question")
 
 
 def _obqa_doc(doc: Mapping, where: str) -> dict:
-    labels = _letters(len(doc["choices"]))
-    return {
-        "id": doc["id"],
-        "question_stem": _unwrap(doc["query"], "Question: ", "\nAnswer:", where),
-        "choices": {"text": list(doc["choices"]), "label": labels},
-        "answerKey": labels[doc["gold"]],
-    }
+    return _lettered_doc(doc, where, "question_stem")
 
 
 def _boolq_doc(doc: Mapping, where: str) -> dict:

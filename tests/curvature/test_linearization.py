@@ -11,7 +11,7 @@ from pipeline.curvature.linearization import (
     kernel_stats,
     linearization_gap,
     ridge_residual,
-    trainable,
+    trainable_copy,
 )
 from pipeline.data.batches import IGNORE_INDEX
 from pipeline.models.build import build_model, model_config
@@ -48,7 +48,7 @@ def _tiny_lm() -> torch.nn.Module:
 
 def test_the_gap_on_a_causal_lm_grows_with_the_step_and_scores_only_labelled_positions():
     model = _tiny_lm()
-    pre = trainable(model)
+    pre = trainable_copy(model)
     direction = {n: _random(tuple(p.shape), i) * 0.02 for i, (n, p) in enumerate(pre.items())}
     inputs = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(0))
     labels = inputs.roll(-1, 1).masked_fill(torch.arange(12) < 6, IGNORE_INDEX)
@@ -64,10 +64,12 @@ def test_the_empirical_ntk_is_j_jt_of_an_independent_jacobian():
     """K from per-example gradients equals J Jᵀ, J from torch.autograd.functional.jacobian of the
     vector of per-example mean log-likelihoods over the flattened parameters (float64)."""
     model = _tiny_lm()
-    params = {n: p for n, p in trainable(model).items() if n.endswith(("q_proj.weight", "lm_head.weight"))}
+    params = {
+        n: p for n, p in trainable_copy(model).items() if n.endswith(("q_proj.weight", "lm_head.weight"))
+    }
     examples = torch.randint(0, 50, (4, 8), generator=torch.Generator().manual_seed(1))
     logits = hf_logits(model)
-    frozen = trainable(model)
+    frozen = trainable_copy(model)
 
     def mean_loglik(p: dict, i: int) -> torch.Tensor:
         x = examples[i : i + 1]
