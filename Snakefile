@@ -27,6 +27,7 @@ include: "rules/lm_eval.smk"
 include: "rules/finetune.smk"
 include: "rules/alpaca_eval.smk"
 include: "rules/curvature.smk"
+include: "rules/linearization.smk"
 include: "rules/analysis.smk"
 include: "rules/theory.smk"
 
@@ -38,9 +39,10 @@ rule all:
 
 
 # Before any job starts: hub revisions exist (in the cache when offline); on a cluster, profile
-# placeholders and GPU requests; an endpoint judge answers. (Snakemake keeps one onstart handler:
+# placeholders and GPU requests; an endpoint judge answers; LoRA targets exist in each model. (Snakemake keeps one onstart handler:
 # every check lives here.)
 onstart:
     check_hub_revisions(workflow.dag.needrun_jobs())
     check_cluster_jobs(workflow.dag.needrun_jobs(), getattr(workflow.executor_plugin, "name", None))
     check_judge(workflow.dag.needrun_jobs())
+    check_lora(workflow.dag.needrun_jobs())

@@ -381,7 +381,8 @@ def step_study(args, device: torch.device) -> dict:
     evaluated = metrics[
         metrics["eval_data"].isin(["pretrain", "mbpp"]) | metrics["eval_data"].str.startswith("benchmark:")
     ]
-    evaluated = evaluated[~evaluated["metric"].str.startswith("hessian")]  # the curvature stage: float32
+    # the curvature stage, the linearization gap and the NTK run in float32 on every device
+    evaluated = evaluated[~evaluated["metric"].str.startswith(("hessian", "lin_", "ntk_"))]
     dtypes = sorted({json.loads(e).get("dtype", "unrecorded") for e in evaluated["extra"]})
     if dtypes != [dtype]:
         raise RuntimeError(f"models were evaluated in {dtypes}, expected only {dtype} on {device.type}")
@@ -463,7 +464,9 @@ def step_torchrun(args, device: torch.device) -> dict:
     if not Path(ROOT, spec.path).is_dir():
         raise RuntimeError(f"needs the study step's checkpoint {spec.path} (run the study step first)")
     cfg = replace(
-        FinetuneConfig(**finetune_params(config), **execution(FinetuneConfig, ft)), checkpoint_every=4
+        FinetuneConfig(**finetune_params(config, "sft"), **execution(FinetuneConfig, ft)),
+        checkpoint_every=4,
+        linearization_tokens=0,  # the gap needs the whole model in one process: not on ranks
     )
     work = args.work / "torchrun"
     shutil.rmtree(work, ignore_errors=True)

@@ -14,23 +14,27 @@ PERTURB_PART = "perturb/{checkpoint}.parquet"
 LM_EVAL_PART = "lm_eval/{checkpoint}.parquet"
 TASK_TABLE = "data/tasks/{task}.parquet"
 TASK_BASE_PART = "finetune/{checkpoint}/{task}/base.parquet"
-FINETUNE_PART = "finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.parquet"
+# one fine-tuning run: checkpoint, task, method (finetune.methods), learning rate, λ, seed
+FINETUNE_PART = "finetune/{checkpoint}/{task}/{method}/lr{lr}_lam{lam}_seed{seed}.parquet"
 # the fine-tuning job's loss along θ_ft − θ_pre (curvature stage; empty when it is off)
-FINETUNE_LINE_PART = "finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.line.parquet"
+FINETUNE_LINE_PART = "finetune/{checkpoint}/{task}/{method}/lr{lr}_lam{lam}_seed{seed}.line.parquet"
 # the fine-tuned model's responses to the instruction set (alpaca_eval stage; written in the job)
-GENERATIONS = "finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.generations.parquet"
+GENERATIONS = "finetune/{checkpoint}/{task}/{method}/lr{lr}_lam{lam}_seed{seed}.generations.parquet"
 TOKEN_CACHE = "finetune/.tokens"  # LM tasks' tokenized training splits, shared by the study's jobs
-FINETUNE_BENCHMARK = "benchmarks/finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.tsv"  # its run time
+FINETUNE_BENCHMARK = (
+    "benchmarks/finetune/{checkpoint}/{task}/{method}/lr{lr}_lam{lam}_seed{seed}.tsv"  # its run time
+)
 # the adaptive learning-rate search: its state after each round (the next round reads its learning rates)
-LR_SEARCH_ROUND = "finetune/{checkpoint}/{task}/lr_search/lam{lam}_round{round}.json"
+LR_SEARCH_ROUND = "finetune/{checkpoint}/{task}/{method}/lr_search/lam{lam}_round{round}.json"
 # a finished search's runs: the final round's record, every run's metric rows and line rows
-LR_SEARCH_FINAL = "finetune/{checkpoint}/{task}/lr_search/lam{lam}.json"
-LR_SEARCH_RUNS = "finetune/{checkpoint}/{task}/lr_search/lam{lam}.parquet"
-LR_SEARCH_LINES = "finetune/{checkpoint}/{task}/lr_search/lam{lam}.line.parquet"
+LR_SEARCH_FINAL = "finetune/{checkpoint}/{task}/{method}/lr_search/lam{lam}.json"
+LR_SEARCH_RUNS = "finetune/{checkpoint}/{task}/{method}/lr_search/lam{lam}.parquet"
+LR_SEARCH_LINES = "finetune/{checkpoint}/{task}/{method}/lr_search/lam{lam}.line.parquet"
 LR_SEARCH = "analysis/lr_search.parquet"  # every search's path: one row per evaluated learning rate
 LR_SEARCH_COST = "analysis/lr_search_cost.parquet"  # per search: runs and rounds vs the full grid
 CURVATURE_LINE_PART = "curvature/{checkpoint}/lines.parquet"  # Gaussian lines of one checkpoint
 CURVATURE_SHARPNESS_PART = "curvature/{checkpoint}/sharpness.parquet"  # metric rows
+NTK_PART = "curvature/{checkpoint}/ntk.parquet"  # the empirical NTK's metric rows, every task
 CURVATURE_LINES = "curvature/lines.parquet"  # every line of the study
 CURVATURE_SUMMARY = "analysis/curvature_summary.parquet"  # one row per line
 THEORY_METRICS = "theory/metrics.parquet"

@@ -31,6 +31,7 @@ from pipeline.workflow.params import (
     generation_params,
     judge_params,
     lr_search_params,
+    ntk_params,
     pretrain_params,
     provenance_config,
     task_base_params,
@@ -44,6 +45,7 @@ wildcard_constraints:
     task="|".join(TASK_NAMES),
     lr=r"[0-9.e+-]+",
     lam=r"[0-9.e+-]+",
+    method=r"[a-z][a-z0-9-]*",
     seed=r"\d+",
     round=r"\d+",
     judge=r"[A-Za-z0-9._-]+",
@@ -119,24 +121,28 @@ def benchmark_figure_inputs(wildcards):
     return targets.benchmark_figure_inputs(config)
 
 
-# --- the adaptive learning-rate search: rounds are checkpoints; each (checkpoint, task, λ) walks its own ---
+# --- the adaptive learning-rate search: rounds are checkpoints; each (checkpoint, task, method, λ) walks its own ---
 
 
-def search_round_file(checkpoint, task, lam):
+def search_setting(wildcards):
+    """The (checkpoint, task, method, λ) a search job belongs to."""
+    return {k: getattr(wildcards, k) for k in ("checkpoint", "task", "method", "lam")}
+
+
+def search_round_file(**fields):
     """round -> that search round's JSON (raises, so Snakemake runs it, until it exists)."""
-    fields = {"checkpoint": checkpoint, "task": task, "lam": lam}
     return lambda r: checkpoints.lr_search_round.get(**fields, round=r).output[0]
 
 
 def lr_search_round_inputs(wildcards):
     r = int(wildcards.round)
-    fields = {"checkpoint": wildcards.checkpoint, "task": wildcards.task, "lam": wildcards.lam}
+    fields = search_setting(wildcards)
     previous = search_round_file(**fields)(r - 1) if r > 0 else None
     return targets.search_round_inputs(config, **fields, previous=previous)
 
 
 def lr_search_setting_inputs(wildcards):
-    fields = {"checkpoint": wildcards.checkpoint, "task": wildcards.task, "lam": wildcards.lam}
+    fields = search_setting(wildcards)
     final = targets.search_final(config, search_round_file(**fields))
     return targets.search_setting_inputs(config, **fields, final=final)
 
@@ -185,9 +191,22 @@ def check_judge(jobs):
     cluster.check_judge_jobs(jobs, alpaca_eval_config(config).judge)
 
 
+def ntk_task_tables(wildcards):
+    return targets.ntk_task_tables(config)
+
+
+def check_lora(jobs):
+    cluster.check_lora_jobs(jobs, config, CHECKPOINTS)
+
+
 def check_hub_revisions(jobs):
     cluster.check_hub_jobs(jobs, CHECKPOINTS)
 
 
 def check_cluster_jobs(jobs, executor):
     cluster.check_cluster_jobs(jobs, executor, DEVICE, CHECKPOINTS)
+
+
+def finetune_method_params(wildcards):
+    """A fine-tuning job's hyperparameters: its method's (finetune.methods) over the section's."""
+    return finetune_params(config, wildcards.method)

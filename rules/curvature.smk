@@ -1,6 +1,7 @@
 # Appendix D: one job per checkpoint computes its Gaussian lines (loss vs the quadratic prediction)
-# and its sharpness; the fine-tuning jobs write their lines along theta_ft - theta_pre themselves
-# (rules/finetune.smk). All lines are gathered into one table for the figures.
+# and its sharpness (pipeline/curvature/stage.py); the fine-tuning jobs write their lines along
+# theta_ft - theta_pre themselves (rules/finetune.smk). All lines are gathered into one table for
+# the figures.
 
 
 rule curvature:

@@ -1,5 +1,5 @@
 # Fine-tuning sweep (Section 3.4): task tables, the base model's in-domain metrics, and one job
-# per (checkpoint, task, learning rate, lambda, seed). Grid values are wildcards; every other
+# per (checkpoint, task, method, learning rate, lambda, seed). Grid values are wildcards; every other
 # hyperparameter is in params, so a config change reruns exactly the jobs it touches.
 
 
@@ -57,7 +57,7 @@ rule finetune:
         metrics=study_path(layout.FINETUNE_PART),
         line=study_path(layout.FINETUNE_LINE_PART),
     log:
-        study_path("logs/finetune/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}.log"),
+        study_path("logs/finetune/{checkpoint}/{task}/{method}/lr{lr}_lam{lam}_seed{seed}.log"),
     benchmark:
         study_path(layout.FINETUNE_BENCHMARK)
     conda:
@@ -68,11 +68,11 @@ rule finetune:
     params:
         **generation_rule_params(),
         spec=checkpoint_spec,
-        hp=finetune_params(config),
+        hp=finetune_method_params,
         eval=eval_config(config),
         bench=finetune_bench(config),
         curv=curvature_finetune_params(config),
-        state=study_path("finetune/.resume/{checkpoint}/{task}/lr{lr}_lam{lam}_seed{seed}"),
+        state=study_path("finetune/.resume/{checkpoint}/{task}/{method}/lr{lr}_lam{lam}_seed{seed}"),
         device=DEVICE,
     script:
         "scripts/finetune.py"
@@ -139,9 +139,9 @@ checkpoint lr_search_round:
     output:
         study_path(layout.LR_SEARCH_ROUND),
     log:
-        study_path("logs/finetune/{checkpoint}/{task}/lr_search_lam{lam}_round{round}.log"),
+        study_path("logs/finetune/{checkpoint}/{task}/{method}/lr_search_lam{lam}_round{round}.log"),
     benchmark:
-        study_path("benchmarks/finetune/{checkpoint}/{task}/lr_search_lam{lam}_round{round}.tsv")
+        study_path("benchmarks/finetune/{checkpoint}/{task}/{method}/lr_search_lam{lam}_round{round}.tsv")
     conda:
         "../envs/overtrain.yaml"
     threads: 1
@@ -161,9 +161,9 @@ rule lr_search_setting:
         runs=study_path(layout.LR_SEARCH_RUNS),
         lines=study_path(layout.LR_SEARCH_LINES),
     log:
-        study_path("logs/finetune/{checkpoint}/{task}/lr_search_lam{lam}.log"),
+        study_path("logs/finetune/{checkpoint}/{task}/{method}/lr_search_lam{lam}.log"),
     benchmark:
-        study_path("benchmarks/finetune/{checkpoint}/{task}/lr_search_lam{lam}.tsv")
+        study_path("benchmarks/finetune/{checkpoint}/{task}/{method}/lr_search_lam{lam}.tsv")
     conda:
         "../envs/overtrain.yaml"
     threads: 1

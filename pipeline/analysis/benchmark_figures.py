@@ -72,6 +72,7 @@ def _finetuned(ax: plt.Axes, sft: pd.DataFrame, tuned: pd.DataFrame | None, benc
     t = tuned[
         (tuned["eval_data"] == PREFIX + benchmark)
         & (tuned["metric"] == sft["metric"].iloc[0])
+        & (tuned["modification"] == "sft")
         & (tuned["lambda_reg"] == lam)
     ]
     for task, g in t.groupby("task"):

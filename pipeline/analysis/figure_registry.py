@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-STAGES = ("sweep", "pretrain", "finetune", "alpaca_eval", "benchmarks", "curvature", "theory")
+STAGES = (
+    "sweep",
+    "pretrain",
+    "finetune",
+    "alpaca_eval",
+    "benchmarks",
+    "curvature",
+    "linearization",
+    "theory",
+)
 
 
 @dataclass(frozen=True)
@@ -30,6 +39,7 @@ class Figure:
 _GAUSSIAN = "Gaussian perturbations"
 _THEORY = "Theory: two-layer linear networks"
 _CURVATURE = "Sharpness and the quadratic prediction (Appendix D)"
+_LINEAR = "Linearization, the NTK and mitigations"
 
 FIGURES: tuple[Figure, ...] = (
     Figure("progressive_sensitivity", "figures", _GAUSSIAN, "sweep"),
@@ -45,6 +55,12 @@ FIGURES: tuple[Figure, ...] = (
     Figure("curvature_gaussian", "curvature_figures", _CURVATURE, "curvature"),
     Figure("curvature_finetune", "curvature_figures", _CURVATURE, "curvature"),
     Figure("sharpness", "curvature_figures", _CURVATURE, "curvature"),
+    Figure("linearization_table1", "linearization_figures", _LINEAR, "linearization"),
+    Figure("linearization_gap_tokens", "linearization_figures", _LINEAR, "linearization"),
+    Figure("linearized_vs_real", "linearization_figures", _LINEAR, "linearization"),
+    Figure("ntk_outcome", "linearization_figures", _LINEAR, "linearization"),
+    Figure("layer_selection", "linearization_figures", _LINEAR, "linearization"),
+    Figure("wise_ft_front", "linearization_figures", _LINEAR, "linearization"),
     Figure("theory_perturbation", "theory", _THEORY, "theory"),
     Figure("theory_delta_pre", "theory", _THEORY, "theory"),
     Figure("theory_finetune_loss", "theory", _THEORY, "theory"),

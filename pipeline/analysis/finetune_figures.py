@@ -132,7 +132,7 @@ def plot_tuned(
                 & (t["metric"] == "ppl")
                 & ((t["split"] == split) if split else True)
             ]
-            for lam, g in c.groupby("lambda_reg"):
+            for (method, lam), g in c.groupby(["modification", "lambda_reg"]):
                 g = g.sort_values("budget")
                 ax.errorbar(
                     g["budget"],
@@ -140,13 +140,14 @@ def plot_tuned(
                     yerr=np.nan_to_num(g["sd"]),
                     fmt="o-",
                     capsize=3,
-                    label=f"tuned LR (λ = {lam:g})",
+                    label=f"tuned LR ({method}, λ = {lam:g})",
                 )
             base = c.drop_duplicates("budget").sort_values("budget")
             ax.plot(base["budget"], base["base"], "k--", marker="s", ms=4, label="base (not fine-tuned)")
             column = "pretrain_inflection" if eval_data == "pretrain" else "id_inflection"
-            for x in o[column].dropna():
-                ax.axvline(x, color="0.4", ls=":", lw=1.2, label=f"inflection ({format_tokens(x)} tokens)")
+            for method, x in o[["modification", column]].dropna().itertuples(index=False):
+                label = f"inflection ({method}: {format_tokens(x)} tokens)"
+                ax.axvline(x, color="0.4", ls=":", lw=1.2, label=label)
             token_axis(ax, ticks=c["budget"])
             ax.set_yscale("log")  # the base model's ID ppl can be orders of magnitude above the tuned
             ax.set_ylabel(f"{label} at the tuned LR")
@@ -156,7 +157,8 @@ def plot_tuned(
                 r["budgets"],
                 r["optimal_lrs"],
                 "o-",
-                label=f"λ = {r['lambda_reg']:g}: {r['scenario']} (slope {r['lr_slope']:.2f})",
+                label=f"{r['modification']}, λ = {r['lambda_reg']:g}: {r['scenario']} "
+                f"(slope {r['lr_slope']:.2f})",
             )
             edge = np.asarray(r["lr_at_edge"], bool)
             if edge.any():  # the optimum may lie outside what was run there

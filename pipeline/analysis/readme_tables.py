@@ -72,13 +72,16 @@ Tables = dict[str, pd.DataFrame]
 
 
 def _documented(name: str, df: pd.DataFrame) -> pd.Series:
-    """Rows the README shows: the Gaussian sweep and fine-tuning, on the pre-training corpus or a
-    fine-tuning task's test split (in-domain); ‖θ_ft − θ_pre‖₂; every optimal-LR row."""
+    """Rows the README shows: the Gaussian sweep and fine-tuning (the default method, `sft`), on the
+    pre-training corpus or a fine-tuning task's test split (in-domain); ‖θ_ft − θ_pre‖₂; every
+    optimal-LR row of `sft`."""
     if name == "optimal_lr":
-        return pd.Series(True, index=df.index)
+        return df["modification"] == "sft"
     if name == "tuned":  # perplexity at the tuned rate: pre-training, and in-domain test
-        return (df["metric"] == "ppl") & (
-            (df["eval_data"] == "pretrain") | (df["eval_data"] == df["task"]) & (df["split"] == "test")
+        return (
+            (df["modification"] == "sft")
+            & (df["metric"] == "ppl")
+            & ((df["eval_data"] == "pretrain") | (df["eval_data"] == df["task"]) & (df["split"] == "test"))
         )
     if name == "distances":
         return (

@@ -35,13 +35,19 @@ def deltas(metrics: pd.DataFrame, metric: str = "ppl") -> pd.DataFrame:
     return mod
 
 
+def finetuned(metrics: pd.DataFrame) -> pd.DataFrame:
+    """The rows of fine-tuned models, of every fine-tuning method (`modification` is the method's
+    name; the unmodified and the Gaussian-perturbed models are not fine-tuned)."""
+    return metrics[~metrics["modification"].isin(("none", "gaussian"))]
+
+
 def fixed_rate_runs(metrics: pd.DataFrame) -> pd.DataFrame:
     """The rows fixed-learning-rate curves over tokens are drawn from: every row except a
     fine-tuning seed that did not run at every budget of its (model, task, rate, λ). With
     `seeds_at: tuned` or a search the other seeds ran only where their rate was the tuned one;
     mixing them in would change the seed count along a curve."""
-    sft = metrics[metrics["modification"] == "sft"]
-    keys = ["model", "task", "learning_rate", "lambda_reg"]
+    sft = finetuned(metrics)
+    keys = ["model", "task", "modification", "learning_rate", "lambda_reg"]
     budgets = sft.groupby(keys, dropna=False)["budget"].transform("nunique")
     seed_budgets = sft.groupby(keys + ["seed"], dropna=False)["budget"].transform("nunique")
     return metrics.drop(sft.index[seed_budgets < budgets])
@@ -145,7 +151,7 @@ def tuned_table(metrics: pd.DataFrame, select: Selection = SELECTIONS["ppl"]) ->
     metric) with the seed mean, sd and count, the unmodified value, and whether the chosen rate is
     the lowest or highest evaluated (`at_edge`: the optimum may lie outside the grid).
     """
-    sft = metrics[metrics["modification"] == "sft"]
+    sft = finetuned(metrics)
     if sft.empty:
         return pd.DataFrame(
             columns=TUNED_KEYS
@@ -202,7 +208,8 @@ SCENARIOS = {
 
 
 def optimal_lr_table(tuned: pd.DataFrame, flat_slope: float = 0.1, id_split: str = "test") -> pd.DataFrame:
-    """Per (model, task, λ): the optimal-LR trajectory over budgets and its Figure 7 scenario.
+    """Per (model, task, fine-tuning method, λ): the optimal-LR trajectory over budgets and its
+    Figure 7 scenario.
 
     lr_slope: decades of optimal LR per decade of tokens; |slope| < flat_slope is constant.
     id_degrades / pretrain_degrades: the tuned in-domain `id_split` ppl / pre-training ppl
@@ -210,7 +217,8 @@ def optimal_lr_table(tuned: pd.DataFrame, flat_slope: float = 0.1, id_split: str
     'slowly' decreasing when the pre-training ppl still degrades, 'quickly' when it does not.
     """
     out = []
-    for key, g in tuned.groupby(["model", "task", "lambda_reg"], dropna=False, sort=True):
+    keys = ["model", "task", "modification", "lambda_reg"]
+    for key, g in tuned.groupby(keys, dropna=False, sort=True):
         lr = g.drop_duplicates("budget").sort_values("budget")
         budgets, lrs = lr["budget"].to_numpy(float), lr["learning_rate"].to_numpy(float)
         slope = _log_slope(budgets, lrs)
@@ -243,7 +251,7 @@ def optimal_lr_table(tuned: pd.DataFrame, flat_slope: float = 0.1, id_split: str
         }.get(scenario)
         out.append(
             {
-                **dict(zip(["model", "task", "lambda_reg"], key)),
+                **dict(zip(keys, key)),
                 "budgets": budgets.tolist(),
                 "optimal_lrs": lrs.tolist(),
                 # the optimum sits on the grid's (or search's) edge: it may lie outside

@@ -15,13 +15,15 @@ import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from pipeline.fields import NUMBERS, meta
+from pipeline.fields import NEITHER, NUMBERS, meta
 
 DTYPES = ("float64", "float32")
 # where a field goes: SHARED also to the fine-tuning jobs (their lines along θ_ft − θ_pre), FINETUNE_ONLY
 # only there (rule curvature's params leave it out: changing it reruns no Gaussian job)
 SHARED = meta(NUMBERS, finetune=True)
 FINETUNE_ONLY = meta(NUMBERS, finetune=True, gaussian=False)
+# read by rule ntk only (the empirical NTK per checkpoint and task; pipeline/curvature/ntk.py)
+NTK_ONLY = meta(NUMBERS, gaussian=False, ntk=True)
 GRIDS = ("lambdas_small", "lambdas_wide", "finetune_lambdas_small", "finetune_lambdas_wide")
 
 
@@ -53,7 +55,20 @@ class CurvatureConfig:
         default="float64", metadata=SHARED
     )  # of the lines (small-λ differences); sharpness: float32
 
+    # the empirical NTK on this many training examples of each fine-tuning task (0: not computed)
+    ntk_examples: int = field(default=0, metadata=NTK_ONLY)
+    # σ of κ(K + σI) and of the kernel-ridge residual, as multiples of tr K / n
+    ntk_sigma_scales: tuple[float, ...] = field(default=(1e-4, 1e-2, 1.0), metadata=NTK_ONLY)
+    # per-example gradients held at once (GiB): the kernel is computed in blocks of parameter groups
+    ntk_block_gib: float = field(default=2.0, metadata=meta(NEITHER, ntk=True, gaussian=False))
+
     def __post_init__(self) -> None:
+        if self.ntk_examples < 0 or self.ntk_examples == 1:
+            raise ValueError(f"curvature.ntk_examples: need 0 (off) or >= 2, got {self.ntk_examples}")
+        if not self.ntk_sigma_scales or min(self.ntk_sigma_scales) <= 0:
+            raise ValueError(
+                f"curvature.ntk_sigma_scales: need positive values, got {list(self.ntk_sigma_scales)}"
+            )
         for name in GRIDS:
             grid = [float(x) for x in getattr(self, name)]
             if not grid or not all(math.isfinite(x) for x in grid) or len(set(grid)) != len(grid):

@@ -18,14 +18,22 @@ A model is seen through `logits(params, inputs)`: a function of a name -> tensor
 
 from __future__ import annotations
 
+import logging
 import math
+import time
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
-from pipeline.curvature.lines import trainable
+from pipeline.curvature.lines import EAGER, trainable
 from pipeline.data.batches import IGNORE_INDEX
+
+if TYPE_CHECKING:
+    from pipeline.data.heldout import EvalSet
+
+log = logging.getLogger(__name__)
 
 Params = Mapping[str, torch.Tensor]
 Logits = Callable[[Params, torch.Tensor], torch.Tensor]
@@ -51,13 +59,19 @@ def _scored(labels: torch.Tensor | None, shape: torch.Size) -> torch.Tensor:
 
 
 def linearization_gap(
-    logits: Logits, pre: Params, delta: Params, inputs: torch.Tensor, labels: torch.Tensor | None = None
+    logits: Logits,
+    pre: Params,
+    delta: Params,
+    inputs: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    norms: dict[str, float] | None = None,
 ) -> dict[str, float]:
     """f(θ_pre + δ) against its linearization f(θ_pre) + J δ at the scored positions:
 
     - gap: ‖f(θ_ft) − f(θ_pre) − J δ‖ / ‖f(θ_ft) − f(θ_pre)‖ over their logits;
     - kl: mean over positions of KL(p_ft ‖ p_lin), the next-token distributions;
     - loss_ft, loss_lin: mean next-token cross-entropy of each (with `labels`, already shifted).
+    norms: accumulates the squared norms {"change", "residual"} (a gap over several batches).
     """
     finetuned = {n: pre[n] + delta[n] for n in pre}
     f_pre, j_delta = torch.func.jvp(lambda p: logits(p, inputs), (dict(pre),), (dict(delta),))
@@ -66,6 +80,9 @@ def linearization_gap(
     mask = _scored(labels, f_ft.shape).to(f_ft.device)
     ft, lin, base = f_ft[mask].double(), (f_pre + j_delta)[mask].double(), f_pre[mask].double()
     change = torch.linalg.vector_norm(ft - base)
+    if norms is not None:
+        norms["change"] += float(change) ** 2
+        norms["residual"] += float(torch.linalg.vector_norm(ft - lin)) ** 2
     out = {
         "gap": float(torch.linalg.vector_norm(ft - lin) / change) if change > 0 else 0.0,
         "kl": float(
@@ -83,22 +100,70 @@ def empirical_ntk(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(K, s): the empirical NTK K = G Gᵀ (float64) of the per-example scalars s_i = scalar(params, i),
     i < n, and the scalars themselves; G's rows are ∇_θ s_i over `params`."""
-    leaves = {k: v.detach().requires_grad_(True) for k, v in params.items()}
-    rows, values = [], []
-    for i in range(n):
-        s = scalar(leaves, i)
-        grads = torch.autograd.grad(s, list(leaves.values()), allow_unused=True)
-        rows.append(
-            torch.cat(
-                [
-                    (torch.zeros_like(p) if g is None else g).reshape(-1).double()
-                    for g, p in zip(grads, leaves.values(), strict=True)
-                ]
+    kernels, values = group_kernels(scalar, {"all": params}, n)
+    return kernels["all"], values
+
+
+def group_kernels(
+    scalar: Callable[[Params, int], torch.Tensor],
+    groups: Mapping[str, Params],
+    n: int,
+    block_bytes: float = math.inf,
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """({group: S_g = G_g G_gᵀ} in float64, s): the kernel of each parameter group (K = Σ_g S_g).
+
+    Groups are packed into blocks whose per-example gradients (n rows) fit in `block_bytes`; each
+    block costs one backward per example, through that block's parameters only (a group larger than
+    the budget is a block of its own). scalar(params, i) gets every group's tensors."""
+    everything = {k: v.detach() for group in groups.values() for k, v in group.items()}
+    blocks: list[list[str]] = [[]]
+    used = 0.0
+    for name, group in groups.items():
+        size = n * sum(v.numel() * v.element_size() for v in group.values())
+        if blocks[-1] and used + size > block_bytes:
+            blocks.append([])
+            used = 0.0
+        blocks[-1].append(name)
+        used += size
+    kernels: dict[str, torch.Tensor] = {}
+    values: list[float] = []
+    t0, done, total = time.perf_counter(), 0, n * len(blocks)
+    for b, block in enumerate(blocks):
+        leaves = {k: v.detach().requires_grad_(True) for g in block for k, v in groups[g].items()}
+        rows: dict[str, list[torch.Tensor]] = {g: [] for g in block}
+        for i in range(n):
+            s = scalar({**everything, **leaves}, i)
+            grads = dict(
+                zip(leaves, torch.autograd.grad(s, list(leaves.values()), allow_unused=True), strict=True)
             )
-        )
-        values.append(float(s.detach()))
-    g = torch.stack(rows)
-    return g @ g.T, torch.tensor(values, dtype=torch.float64)
+            for g in block:
+                rows[g].append(
+                    torch.cat(
+                        [
+                            (torch.zeros_like(v) if grads[k] is None else grads[k]).reshape(-1)
+                            for k, v in groups[g].items()
+                        ]
+                    )
+                )
+            if block is blocks[0]:
+                values.append(float(s.detach()))
+            done += 1
+            if done % max(1, total // 8) == 0 or done == total:
+                rate = done / (time.perf_counter() - t0)
+                log.info(
+                    "NTK: block %d/%d, example %d/%d (%.1f gradients/s, ETA %.0f s)",
+                    b + 1,
+                    len(blocks),
+                    i + 1,
+                    n,
+                    rate,
+                    (total - done) / rate,
+                )
+        for g in block:
+            grad = torch.stack(rows[g]).double()
+            kernels[g] = grad @ grad.T
+            del rows[g]
+    return kernels, torch.tensor(values, dtype=torch.float64)
 
 
 def kernel_stats(kernel: torch.Tensor, sigma_scales: Sequence[float]) -> dict[str, float]:
@@ -133,4 +198,76 @@ def ridge_residual(kernel: torch.Tensor, residual: torch.Tensor, sigma: float) -
         "risk": float(left @ left),
         "lower": (sigma * norm / (sigma + float(eig[-1]))) ** 2,
         "upper": (sigma * norm / (sigma + float(eig[0]))) ** 2,
+    }
+
+
+GAP_METRICS = {"gap": "lin_gap", "kl": "lin_kl", "loss_ft": "lin_loss_ft", "loss_lin": "lin_loss_lin"}
+
+
+def first_windows(data: EvalSet, max_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The leading windows of `data` holding about `max_tokens` scored tokens (at least one window)."""
+    scored = (data.labels != IGNORE_INDEX).sum(1).cumsum(0)
+    n = int((scored < max_tokens).sum()) + 1
+    return data.inputs[:n], data.labels[:n]
+
+
+def finetuned_gap(
+    model: torch.nn.Module,
+    reference: Params,
+    sets: Mapping[str, EvalSet],
+    max_tokens: int,
+    batch_size: int = 8,
+) -> dict[str, dict[str, float]]:
+    """The linearization gap of the fine-tuned `model` (θ_ft) at θ_pre (`reference`, by name) along
+    δ = θ_ft − θ_pre over its trained parameters, on the leading `max_tokens` of each held-out set:
+    {set name: linearization_gap's numbers}, token-weighted over batches of windows. Eager attention
+    is switched on for the jvp and switched back; the model is left at θ_ft."""
+    device = next(model.parameters()).device
+    previous = getattr(model.config, "_attn_implementation", None)
+    if previous != EAGER:
+        model.set_attn_implementation(EAGER)
+    try:
+        named = trainable(model)
+        pre = {n: reference[n].to(device, p.dtype) for n, p in named}
+        delta = {n: p.detach() - pre[n] for n, p in named}
+        logits = hf_logits(model)
+        out = {}
+        for name, data in sets.items():
+            inputs, labels = first_windows(data, max_tokens)
+            sums: dict[str, float] = {}
+            norms = {"change": 0.0, "residual": 0.0}
+            total = 0
+            for s in range(0, len(inputs), batch_size):
+                x, y = inputs[s : s + batch_size].to(device), labels[s : s + batch_size].to(device)
+                n = int((y != IGNORE_INDEX).sum())
+                part = linearization_gap(logits, pre, delta, x, y, norms=norms)
+                for k in ("kl", "loss_ft", "loss_lin"):
+                    sums[k] = sums.get(k, 0.0) + part[k] * n
+                total += n
+            out[name] = {k: v / total for k, v in sums.items()}
+            out[name]["gap"] = math.sqrt(norms["residual"] / norms["change"]) if norms["change"] > 0 else 0.0
+        return out
+    finally:
+        if previous is not None and previous != EAGER:
+            model.set_attn_implementation(previous)
+
+
+def spectral_perturbation(
+    base: torch.Tensor, added: torch.Tensor, residual: torch.Tensor, sigma: float
+) -> dict[str, float]:
+    """Theorem 7 / Algorithm 2's quantities for adding a candidate group (kernel S = `added`) to the
+    trained set (kernel K = `base`): η = ‖(K + σI)^{-1/2} S (K + σI)^{-1/2}‖₂, the ranking ratio
+    r = λ_max(K + S + σI) / λ_max(K + σI), and the kernel-ridge training residual on the residual
+    targets with K alone and with K + S (their ratio is what the ranking claims to predict)."""
+    k, s = base.double(), added.double()
+    eye = torch.eye(k.shape[0], dtype=torch.float64)
+    evals, evecs = torch.linalg.eigh(k + sigma * eye)
+    inv_sqrt = evecs @ torch.diag(evals.clamp(min=sigma).rsqrt()) @ evecs.T
+    eta = float(torch.linalg.matrix_norm(inv_sqrt @ s @ inv_sqrt, ord=2))
+    top = float(torch.linalg.eigvalsh(k + s + sigma * eye)[-1]) / float(evals[-1])
+    return {
+        "eta": eta,
+        "ratio": top,
+        "risk_base": ridge_residual(k, residual, sigma)["risk"],
+        "risk_with": ridge_residual(k + s, residual, sigma)["risk"],
     }

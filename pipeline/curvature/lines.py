@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 import pandas as pd
 import pyarrow as pa
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from pipeline.data.heldout import EvalSet
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 EAGER = "eager"  # transformers' own: double backward on every device
 
 # One row per (line, λ); the line's own numbers (L(0), gᵀε, εᵀHε, the curve's fit) repeat on its rows.
@@ -42,7 +43,8 @@ LINE_COLUMNS: dict[str, pa.DataType] = {
     "budget": pa.float64(),  # pre-training tokens
     "direction": pa.string(),  # gaussian | finetune
     "seed": pa.int64(),  # Gaussian: the perturbation seed; fine-tuning: the run's seed
-    "task": pa.string(),  # fine-tuning direction: task, learning rate, proximal λ
+    "task": pa.string(),  # fine-tuning direction: task, method (finetune.methods), learning rate, proximal λ
+    "modification": pa.string(),
     "learning_rate": pa.float64(),
     "lambda_reg": pa.float64(),
     "grid": pa.string(),  # small (near 0) | wide
@@ -104,6 +106,24 @@ def token_loss(model: torch.nn.Module, data: EvalSet, batch_size: int, device: t
 
 
 @torch.no_grad()
+def along_line(
+    params: Sequence[torch.Tensor], direction: Vector, lambdas: Sequence[float], evaluate: Callable[[], T]
+) -> list[T]:
+    """evaluate() at θ + λε for each λ, the parameters set in place and restored exactly afterwards
+    (WiSE-FT's θ_pre + α(θ_ft − θ_pre) is θ_ft + (α − 1)(θ_ft − θ_pre))."""
+    base = [p.detach().clone() for p in params]
+    out = []
+    try:
+        for lam in lambdas:
+            for p, b, e in zip(params, base, direction, strict=True):
+                p.copy_(b if lam == 0 else b + lam * e.to(b.dtype))  # λ = 0 is θ exactly, whatever ε holds
+            out.append(evaluate())
+    finally:
+        for p, b in zip(params, base, strict=True):
+            p.copy_(b)
+    return out
+
+
 def line_losses(
     model: torch.nn.Module,
     params: Sequence[torch.Tensor],
@@ -111,18 +131,8 @@ def line_losses(
     lambdas: Sequence[float],
     loss_fn,
 ) -> list[float]:
-    """L(θ + λε) for each λ, the parameters set in place and restored exactly afterwards."""
-    base = [p.detach().clone() for p in params]
-    out = []
-    try:
-        for lam in lambdas:
-            for p, b, e in zip(params, base, direction, strict=True):
-                p.copy_(b if lam == 0 else b + lam * e)  # λ = 0 is θ exactly, whatever ε holds
-            out.append(float(sum(float(lb) for lb in loss_fn())))
-    finally:
-        for p, b in zip(params, base, strict=True):
-            p.copy_(b)
-    return out
+    """L(θ + λε) for each λ (`along_line`)."""
+    return along_line(params, direction, lambdas, lambda: float(sum(float(lb) for lb in loss_fn())))
 
 
 def line_rows(

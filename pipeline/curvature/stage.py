@@ -150,7 +150,7 @@ def finetune_line(
     common = {k: fields[k] for k in ("study", "checkpoint", "model", "budget")}
     line = {
         "direction": "finetune",
-        **{k: fields[k] for k in ("seed", "task", "learning_rate", "lambda_reg")},
+        **{k: fields[k] for k in ("seed", "task", "modification", "learning_rate", "lambda_reg")},
     }
     return line_rows(model, data, [(line, eps)], cfg.grids("finetune"), cfg, common)
 
@@ -159,7 +159,7 @@ class FinetuneLine:
     """`finetune_run(after=...)`: the fine-tuning job's line along θ_ft − θ_pre into `.rows`.
 
     settings: the rule's curvature params (CurvatureConfig fields), None when the stage is off.
-    fields: the run's metric-row fields (checkpoint, task, learning rate, proximal λ, seed).
+    fields: the run's metric-row fields (checkpoint, task, method, learning rate, proximal λ, seed).
     """
 
     def __init__(self, settings: dict | None, corpus_path: str | Path, eval_cfg: dict, fields: Mapping):

@@ -17,6 +17,7 @@ LINE_KEYS = [
     "direction",
     "seed",
     "task",
+    "modification",
     "learning_rate",
     "lambda_reg",
 ]

@@ -163,10 +163,12 @@ def _generate_batch(
 
 def generator_label(identity: dict) -> str:
     """A model's name in the annotations: its checkpoint, and the fine-tuning run (if any)."""
-    if identity.get("modification") != "sft":
+    method = identity.get("modification")
+    if method == "none":
         return f"{identity['checkpoint']} base"
+    named = "" if method == "sft" else f" {method}"
     return (
-        f"{identity['checkpoint']} {identity['task']} lr{identity['learning_rate']:g} "
+        f"{identity['checkpoint']} {identity['task']}{named} lr{identity['learning_rate']:g} "
         f"lam{identity['lambda_reg']:g} seed{identity['seed']}"
     )
 

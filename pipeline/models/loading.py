@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from pipeline.data.tokenizer import load_tokenizer
 from pipeline.models.attention import use_small_head_attention
-from pipeline.models.build import init_std_from_config
+from pipeline.models.build import init_std_from_config, model_config
 from pipeline.models.hub import cached_commit, check_hub_revisions, hub_offline
 
 if TYPE_CHECKING:
@@ -99,6 +99,19 @@ def hub_kwargs(spec: CheckpointSpec) -> dict:
         "cache_dir": spec.cache_dir,
         "local_files_only": hub_offline(spec.offline),
     }
+
+
+def architecture(spec: CheckpointSpec, vocab_size: int) -> torch.nn.Module:
+    """A checkpoint's model on the meta device: its modules and shapes without weights or memory
+    (a sweep checkpoint's preset before it is pre-trained, with the study's `vocab_size`)."""
+    if spec.source == "sweep":
+        config = model_config(spec.model, vocab_size, 0, 1)
+    elif spec.source == "local":
+        config = AutoConfig.from_pretrained(spec.path)
+    else:
+        config = AutoConfig.from_pretrained(spec.model_id, **hub_kwargs(spec))
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
 
 
 def with_adapter_lookup(kwargs: dict) -> dict:

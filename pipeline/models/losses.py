@@ -172,7 +172,9 @@ def linear_nll_sum(
 def fused_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.Tensor] | None:
     """(body, output-embedding weight) if `model(x).logits == body(x)[0] @ weight.T`, else None.
 
-    None (callers use the model's own forward) when the model has no separate body and head,
+    None (callers use the model's own forward) when the model's forward is not its class's (an
+    instance-level replacement, e.g. the linearized model of pipeline/train/linearized.py, or a
+    dispatch hook), the model has no separate body and head,
     the head is not a plain Linear without bias, its config names a logit or final-hidden-state
     transform, or a probe forward pass on a few tokens gives other logits (eval mode, no
     gradients, random state restored, so a resumed run stays bit-identical). None for a model
@@ -180,7 +182,7 @@ def fused_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.Tensor] |
     """
     from torch.distributed.fsdp import FSDPModule
 
-    if isinstance(model, FSDPModule):
+    if isinstance(model, FSDPModule) or "forward" in vars(model):
         return None
     get_decoder, get_head = getattr(model, "get_decoder", None), getattr(model, "get_output_embeddings", None)
     if get_decoder is None or get_head is None:

@@ -28,7 +28,7 @@ def play_round(
     state = (
         lr_search.initial_state(search) if previous is None else lr_search.state_from_record(search, previous)
     )
-    scores = selection_scores(runs[runs["modification"] == "sft"], lr_search.Selection(None, split, metric))
+    scores = selection_scores(runs, lr_search.Selection(None, split, metric))  # one method's runs
     index = {lr: i for i, lr in enumerate(search.lattice)}
     state = lr_search.advance(search, state, dict(zip(scores["learning_rate"].map(index), scores["score"])))
     for i in sorted(i for i, r in state.rounds.items() if r == state.round):

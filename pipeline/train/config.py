@@ -30,6 +30,13 @@ SCHEDULES = ("cosine", "constant", "constant_with_warmup")
 # fp32: weights, optimizer state and compute in float32. bf16-mixed: float32 master weights and
 # AdamW state, bfloat16 compute, the loss and logits in float32 (pipeline/train/precision.py).
 PRECISIONS = ("fp32", "bf16-mixed")
+# How λ pulls θ toward θ_pre ("Linearization Explains Fine-Tuning in Large Language Models", eqs. 5
+# and 8): coupled, the penalty λ‖θ − θ_pre‖² in the loss; decoupled, a step θ ← θ − λη(θ − θ_pre)
+# after each optimizer step; selective, that step only on the tensors with ⟨∇L, θ − θ_pre⟩ ≥ 0.
+PROXIMAL = ("coupled", "decoupled", "selective")
+# What is trained: every parameter, the output layer only, or named module groups / LoRA (a mapping)
+PARAMS = ("all", "output")
+METHOD = meta(NUMBERS, method=True)  # a field a fine-tuning method (finetune.methods.<name>) sets
 
 EXECUTION = meta(NEITHER)
 UNRECORDED = meta(NUMBERS, recorded=False)
@@ -145,6 +152,7 @@ class FinetuneConfig:
         "task_data": "rule task_data's params",
         "learning_rates": "wildcard {lr}",
         "lambdas": "wildcard {lam}",
+        "methods": "wildcard {method}: each sets the METHOD fields (params, proximal, replay, linearized)",
         "seeds": "wildcard {seed}",
         "seeds_at": "which runs exist: every rate, or the tuned rate only (the targets)",
         "select_metric": "what the tuned-LR analysis selects on (rule finetune_analysis's params)",
@@ -173,8 +181,31 @@ class FinetuneConfig:
     checkpoint_every: int = _cadence(CHECKPOINT_EVERY)
     log_every: int = _cadence(LOG_EVERY)
     collective_timeout_s: int = field(default=COLLECTIVE_TIMEOUT_S, metadata=EXECUTION)
+    # what is trained: "all" | "output" | {"modules": [name patterns]} | {"lora": {rank, alpha, ...}}
+    params: str | dict = field(default="all", metadata=METHOD)
+    proximal: str = field(default="coupled", metadata=METHOD)  # one of PROXIMAL
+    # share of each batch's rows drawn from the pre-training corpus's training split
+    replay_fraction: float = field(default=0.0, metadata=METHOD)
+    # train the tangent model f(θ_pre) + J (θ − θ_pre) instead of f(θ) (pipeline/train/linearized.py)
+    linearized: bool = field(default=False, metadata=METHOD)
+    # WiSE-FT: θ_pre + α(θ_ft − θ_pre) is evaluated at each α (null: not evaluated)
+    wise_ft_alphas: tuple[float, ...] | None = None
+    # the linearization gap along θ_ft − θ_pre on this many held-out tokens of each of the
+    # pre-training corpus and the task (0: not measured)
+    linearization_tokens: int = 0
 
     def __post_init__(self) -> None:
+        if self.proximal not in PROXIMAL:
+            raise ValueError(
+                f"finetune.methods.*.proximal: {self.proximal!r} is unknown; expected one of {PROXIMAL}"
+            )
+        if not 0 <= self.replay_fraction < 1:
+            raise ValueError(f"finetune.methods.*.replay_fraction: {self.replay_fraction} is outside [0, 1)")
+        if self.wise_ft_alphas is not None and not {0.0, 1.0} <= {float(a) for a in self.wise_ft_alphas}:
+            raise ValueError(
+                f"finetune.wise_ft_alphas: {list(self.wise_ft_alphas)} must contain 0 (θ_pre) and 1 (θ_ft)"
+            )
+        check_params(self.params)
         if self.schedule not in SCHEDULES:
             raise ValueError(f"finetune.schedule: {self.schedule!r} is unknown; expected one of {SCHEDULES}")
         if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
@@ -206,6 +237,26 @@ class FinetuneConfig:
         """The hyperparameters a result row records (`extra`): all but EXECUTION and UNRECORDED."""
         keep = {f.name for f in fields(self) if roles.is_recorded(f)}
         return {k: v for k, v in asdict(self).items() if k in keep}
+
+
+def check_params(params: str | dict) -> None:
+    """`finetune.methods.*.params` is "all", "output", {"modules": [...]} or {"lora": {...}}."""
+    if isinstance(params, str):
+        if params not in PARAMS:
+            raise ValueError(
+                f"finetune.methods.*.params: {params!r} is unknown; expected one of {PARAMS} or a mapping"
+            )
+        return
+    if len(params) != 1 or next(iter(params)) not in ("modules", "lora"):
+        raise ValueError(
+            f"finetune.methods.*.params: {params!r}; expected {{modules: [name patterns]}} or "
+            "{lora: {rank, ...}}"
+        )
+
+
+def method_fields() -> tuple[str, ...]:
+    """The FinetuneConfig fields a fine-tuning method sets (finetune.methods.<name>)."""
+    return tuple(f.name for f in fields(FinetuneConfig) if roles.tagged(f, "method"))
 
 
 def changes_numbers(cls: type, name: str) -> bool:

@@ -16,13 +16,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pandas as pd
 import torch
 
+from pipeline.curvature.linearization import GAP_METRICS, finetuned_gap
 from pipeline.data.chat import ChatSampler, encode_chats
 from pipeline.data.encode import (
     ExampleSampler,
@@ -32,6 +35,7 @@ from pipeline.data.encode import (
     split_of_task,
 )
 from pipeline.data.heldout import heldout_eval_set, lm_eval_set
+from pipeline.data.replay import replay_rows, with_replay
 from pipeline.evaluate.benchmarks import configured_rows, eval_configured
 from pipeline.evaluate.generation import write_responses
 from pipeline.evaluate.perplexity import EVAL_METRICS, eval_perplexity
@@ -44,9 +48,13 @@ from pipeline.train import resume
 from pipeline.train.best_epoch import BestEpoch
 from pipeline.train.config import FinetuneConfig, resolve_precision
 from pipeline.train.distributed import check_same, local
+from pipeline.train.linearized import linearize
 from pipeline.train.loop import TrainResult, train
 from pipeline.train.memory import plan_run
 from pipeline.train.placement import WHOLE, Whole
+from pipeline.train.proximal import ProximalStep, proximal_term
+from pipeline.train.trained_params import describe, lora_settings, merge, select
+from pipeline.train.wise_ft import wise_ft
 
 if TYPE_CHECKING:
     from pipeline.models.checkpoints import CheckpointSpec
@@ -60,17 +68,6 @@ TASK_METRICS = {
     "classification": ("ppl", "loss", "accuracy"),
     "chat": ("ppl", "loss"),
 }
-
-
-def proximal_term(model: torch.nn.Module, reference: dict[str, torch.Tensor], lam: float):
-    """λ‖θ − θ_ref‖² over all trainable parameters (a callable for `train(extra_loss=...)`); in a
-    sharded run over this rank's shards (`reference` holds them), whose gradients it alone adds."""
-
-    def term(m: torch.nn.Module) -> torch.Tensor:
-        diffs = [(local(p) - reference[n]).pow(2).sum() for n, p in m.named_parameters() if p.requires_grad]
-        return lam * torch.stack(diffs).sum()
-
-    return term
 
 
 @torch.no_grad()
@@ -106,28 +103,47 @@ def _eval_data(task, tokenizer, max_len: int, cfg: FinetuneConfig) -> dict:
     }
 
 
-def _train_data(
-    task, tokenizer, max_len: int, cfg: FinetuneConfig, seed: int, token_cache: str | None = None
-):
-    """(batch_fn, steps per epoch) of a task's training split (token_cache: lm_sampler's cache_dir)."""
+def _task_batches(task, tokenizer, max_len: int, rows: int, seed: int, token_cache: str | None = None):
+    """(batch_fn, steps per epoch) of `rows` rows of a task's training split per step (token_cache:
+    lm_sampler's cache_dir)."""
     if task.kind == "lm":
         sampler, per_epoch = lm_sampler(
-            tokenizer, split_of_task(task, "train"), max_len, cfg.batch_size, seed, token_cache
+            tokenizer, split_of_task(task, "train"), max_len, rows, seed, token_cache
         )
         return sampler.batch, per_epoch
     if task.kind == "chat":
         enc = encode_chats(tokenizer, split_of_task(task, "train"), max_len, name=f"{task.name}/train")
-        sampler = ChatSampler(enc, cfg.batch_size, seed, tokenizer.pad_token_id)
+        sampler = ChatSampler(enc, rows, seed, tokenizer.pad_token_id)
     else:
         enc = encode_classification(tokenizer, split_of_task(task, "train"), max_len)
-        sampler = ExampleSampler(enc, cfg.batch_size, seed, tokenizer.pad_token_id)
+        sampler = ExampleSampler(enc, rows, seed, tokenizer.pad_token_id)
     n = len(enc.prompts) if task.kind == "classification" else len(enc)
-    if n < cfg.batch_size:
+    if n < rows:
         raise ValueError(
-            f"finetune.batch_size {cfg.batch_size} is larger than task {task.name!r}'s training split "
-            f"({n} items)"
+            f"finetune.batch_size {rows} (task rows per batch) is larger than task {task.name!r}'s "
+            f"training split ({n} items)"
         )
     return sampler.batch, sampler.steps_per_epoch
+
+
+def _train_data(task, tokenizer, max_len: int, cfg: FinetuneConfig, seed: int, job: FinetuneJob):
+    """(batch_fn, steps per epoch) of the training batches: the task's rows, and with a replay
+    fraction the pre-training corpus's training chunks after them (pipeline/data/replay.py)."""
+    replayed = replay_rows(cfg.batch_size, cfg.replay_fraction)
+    batches, per_epoch = _task_batches(
+        task, tokenizer, max_len, cfg.batch_size - replayed, seed, job.token_cache
+    )
+    if not replayed:
+        return batches, per_epoch
+    corpus = pd.read_parquet(job.corpus_path)
+    texts = corpus.loc[corpus["split"] == "train", "text"].tolist()
+    replay, _ = lm_sampler(tokenizer, texts, max_len, replayed, seed, job.token_cache)
+    log.info(
+        "replay: %d of %d rows per batch from the pre-training corpus's training split",
+        replayed,
+        cfg.batch_size,
+    )
+    return with_replay(batches, replay.batch, tokenizer.pad_token_id), per_epoch
 
 
 def task_base_rows(
@@ -207,11 +223,15 @@ class Run:
     cfg: FinetuneConfig  # precision resolved; on CUDA the planned micro-batch
     max_len: int
     reference: dict[str, torch.Tensor]  # θ_pre by name (this rank's shards)
+    start: dict[str, torch.Tensor]  # the trained parameters at step 0 by name: what λ pulls toward
     batch_fn: Callable[[int], dict]
     per_epoch: int
     total: int
     evals: dict
     compute: object  # the forward pass's context (placement.compute)
+    trained_parameters: int  # how many numbers training changes (LoRA: the adapters'; all ranks)
+    unlinearize: Callable[[], None] | None  # a linearized run: gives the model its real forward back
+    proximal: ProximalStep | None = None  # the decoupled / selective step, once training set it up
 
 
 def set_up(job: FinetuneJob, placement: Whole) -> Run:
@@ -222,17 +242,37 @@ def set_up(job: FinetuneJob, placement: Whole) -> Run:
         job.cfg, precision=resolve_precision(job.cfg.precision, device)
     )  # recorded resolved
     check_same(cfg, placement.ranks, "the fine-tuning config")
+    if not placement.holds_whole_model:
+        whole_only = {
+            "finetune.methods.*.params (LoRA)": lora_settings(cfg.params) is not None,
+            "finetune.wise_ft_alphas": bool(cfg.wise_ft_alphas),
+            "finetune.linearization_tokens": bool(cfg.linearization_tokens),
+            "finetune.methods.*.linearized": cfg.linearized,
+        }
+        if any(whole_only.values()):
+            keys = [k for k, on in whole_only.items() if on]
+            raise ValueError(
+                f"{', '.join(keys)}: needs the whole model in one process; set finetune.ranks to 1"
+            )
     model, tokenizer = placement.load(job.spec, job.path, device, cfg.precision, cfg.activation_checkpointing)
-    reference_device = device if job.lambda_reg > 0 else "cpu"
+    reference_device = device if job.lambda_reg > 0 or cfg.linearized else "cpu"
     reference = {
         n: placement.local(p).detach().to(reference_device, copy=True) for n, p in model.named_parameters()
     }
+    model = select(model, cfg.params)
+    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    start = (
+        {n: reference[n] for n, _ in trained}
+        if all(n in reference for n, _ in trained)
+        else {n: placement.local(p).detach().to(reference_device, copy=True) for n, p in trained}  # adapters
+    )
     task = read_task(job.task_name, job.task_path)
     max_len = _context(model, cfg)
+    unlinearize = linearize(model, start) if cfg.linearized else None
     if torch.device(device).type == "cuda" and job.gpu is not None and cfg.micro_batch_size is None:
         planned = _planned_micro_batch(model, cfg, max_len, placement.ranks, job.gpu)
         cfg = dataclasses.replace(cfg, micro_batch_size=planned)
-    batch_fn, per_epoch = _train_data(task, tokenizer, max_len, cfg, job.seed, job.token_cache)
+    batch_fn, per_epoch = _train_data(task, tokenizer, max_len, cfg, job.seed, job)
     total = per_epoch * cfg.epochs if cfg.max_steps is None else min(per_epoch * cfg.epochs, cfg.max_steps)
     return Run(
         model,
@@ -241,11 +281,14 @@ def set_up(job: FinetuneJob, placement: Whole) -> Run:
         cfg,
         max_len,
         reference,
+        start,
         batch_fn,
         per_epoch,
         total,
         _eval_data(task, tokenizer, max_len, cfg),
         placement.compute(cfg.precision, torch.device(device)),
+        sum(p.numel() for _, p in trained),
+        unlinearize,
     )
 
 
@@ -269,9 +312,13 @@ def train_run(run: Run, job: FinetuneJob, placement: Whole) -> tuple[TrainResult
         )
 
     log.info(
-        "fine-tuning %s on %s: lr %g, λ %g, seed %d, %d steps (%d per epoch, evaluations at %s)",
+        "fine-tuning %s on %s (%s: %s, %s proximal term): lr %g, λ %g, seed %d, %d steps (%d per epoch, "
+        "evaluations at %s)",
         job.spec.name,
         job.task_name,
+        job.method,
+        describe(cfg.params),
+        cfg.proximal,
         job.learning_rate,
         job.lambda_reg,
         job.seed,
@@ -279,7 +326,14 @@ def train_run(run: Run, job: FinetuneJob, placement: Whole) -> tuple[TrainResult
         run.per_epoch,
         boundaries,
     )
-    extra_loss = proximal_term(model, run.reference, job.lambda_reg) if job.lambda_reg > 0 else None
+    pulled = job.lambda_reg > 0
+    extra_loss = (
+        proximal_term(model, run.start, job.lambda_reg) if pulled and cfg.proximal == "coupled" else None
+    )
+    if pulled and cfg.proximal != "coupled":
+        run.proximal = ProximalStep(
+            model, run.start, job.lambda_reg, cfg.proximal == "selective", placement.ranks
+        )
     result = train(
         model,
         run.batch_fn,
@@ -290,6 +344,7 @@ def train_run(run: Run, job: FinetuneJob, placement: Whole) -> tuple[TrainResult
         on_step_end=at_epoch_end,
         micro_batch_size=cfg.micro_batch_size,
         placement=placement,
+        proximal_step=run.proximal,
     )
     return result, best
 
@@ -326,8 +381,17 @@ def evaluate_run(
         "train_tokens": tokens_per_step * result.steps_done if tokens_per_step else None,
         "final_train_loss": result.losses[-1] if result.losses else None,
         "history": best.history,
-    }  # no wall-clock times here: the table must be identical across machines and reruns
-    with placement.whole(model, default_dtype(torch.device(job.device))) as whole:
+        "trained_parameters": run.trained_parameters,
+    }
+    if run.proximal is not None and run.proximal.fraction_applied:  # selective: how often it pulled
+        applied = run.proximal.fraction_applied
+        extra["proximal_applied_fraction"] = sum(applied) / len(
+            applied
+        )  # no wall-clock times here: the table must be identical across machines and reruns
+    # a linearized run is evaluated as it trained (its own dtype): a copy in another dtype would be
+    # the real model, without the tangent forward
+    dtype = next(model.parameters()).dtype if cfg.linearized else default_dtype(torch.device(job.device))
+    with placement.whole(model, dtype) as whole:
         pre = eval_perplexity(whole, pretrain_data, batch_size=eval_cfg["batch_size"])
         ident = {
             s: eval_task(whole, data, tokenizer.pad_token_id, cfg.eval_batch_size)
@@ -335,11 +399,11 @@ def evaluate_run(
         }
         common = dict(
             **job.identity(),
-            modification="sft",
             extra={**extra, "dtype": dtype_name(whole)},
             diverged=result.diverged,
         )
         suite = _suite_rows(whole, tokenizer, job, common, placement.ranks)
+        wise = _wise_rows(whole, run, job, pretrain_data, common) if cfg.wise_ft_alphas else []
     rows = [
         metric_row(**common, eval_data="pretrain", split=eval_cfg["split"], metric=m, value=pre[m])
         for m in EVAL_METRICS
@@ -350,7 +414,12 @@ def evaluate_run(
             for m in TASK_METRICS[run.task.kind]
         ]
     rows.append(metric_row(**common, eval_data="weights", split=None, metric="distance_l2", value=distance))
-    rows += suite
+    rows += suite + wise
+    if run.unlinearize is not None:  # the gap and the curvature line look at the real model at θ
+        run.unlinearize()
+        run.unlinearize = None
+    if cfg.linearization_tokens:
+        rows += _linearization_rows(run, job, pretrain_data, common)
     log.info(
         "done: pre-training ppl %.3f | ID val ppl %.3f test ppl %.3f | ‖θ_ft − θ_pre‖ %.4f | %.0f s training",
         pre["ppl"],
@@ -358,6 +427,62 @@ def evaluate_run(
         ident["test"]["ppl"],
         distance,
         result.seconds,
+    )
+    return rows
+
+
+def _wise_rows(whole, run: Run, job: FinetuneJob, pretrain_data, common: dict) -> list[dict]:
+    """WiSE-FT (pipeline/train/wise_ft.py): pre-training and in-domain metrics of θ_pre + α(θ_ft −
+    θ_pre) at each α, as metrics `wise_<metric>` with `extra.wise_alpha`."""
+    cfg, pad = run.cfg, run.tokenizer.pad_token_id
+    names = [n for n, p in run.model.named_parameters() if p.requires_grad]
+
+    def evaluate() -> dict:
+        out = {
+            ("pretrain", job.eval_cfg["split"]): eval_perplexity(
+                whole, pretrain_data, job.eval_cfg["batch_size"]
+            )
+        }
+        return out | {
+            (job.task_name, s): eval_task(whole, d, pad, cfg.eval_batch_size) for s, d in run.evals.items()
+        }
+
+    rows = []
+    for alpha, results in wise_ft(whole, run.reference, names, cfg.wise_ft_alphas, evaluate):
+        for (eval_data, split), res in results.items():
+            metrics = EVAL_METRICS if eval_data == "pretrain" else TASK_METRICS[run.task.kind]
+            fields = common | {"extra": {**common["extra"], "wise_alpha": float(alpha)}}
+            rows += [
+                metric_row(**fields, eval_data=eval_data, split=split, metric=f"wise_{m}", value=res[m])
+                for m in metrics
+            ]
+        log.info(
+            "WiSE-FT α %g: pre-training ppl %.3f, ID validation ppl %.3f",
+            alpha,
+            results[("pretrain", job.eval_cfg["split"])]["ppl"],
+            results[(job.task_name, "validation")]["ppl"],
+        )
+    return rows
+
+
+def _linearization_rows(run: Run, job: FinetuneJob, pretrain_data, common: dict) -> list[dict]:
+    """The linearization gap along θ_ft − θ_pre (pipeline/curvature/linearization.py) on the held-out
+    pre-training windows and, for LM tasks, the task's validation windows: metrics `lin_*`."""
+    t0 = time.perf_counter()
+    sets = {("pretrain", job.eval_cfg["split"]): pretrain_data}
+    if run.task.kind == "lm":
+        sets[(job.task_name, "validation")] = run.evals["validation"]
+    found = finetuned_gap(run.model, run.reference, sets, run.cfg.linearization_tokens)
+    fields = common | {"extra": {**common["extra"], "dtype": dtype_name(run.model)}}  # the master weights
+    rows = [
+        metric_row(**fields, eval_data=eval_data, split=split, metric=GAP_METRICS[k], value=v)
+        for (eval_data, split), res in found.items()
+        for k, v in res.items()
+    ]
+    log.info(
+        "linearization gap along θ_ft − θ_pre (%.1f s): %s",
+        time.perf_counter() - t0,
+        {f"{d}/{s}": {k: round(v, 4) for k, v in res.items()} for (d, s), res in found.items()},
     )
     return rows
 
@@ -384,6 +509,7 @@ def finetune_run(
         return []
     if best.restore(run.model, result.steps_done):
         log.info("early stopping: restored step %d (best ID validation loss %.4f)", best.step, best.loss)
+    run.model = merge(run.model)  # LoRA: adapters merged into the weights they adapt
     rows = evaluate_run(run, job, result, best, placement)
     resume.remove(Path(job.state_dir) / "train", placement.ranks)
     best.remove()

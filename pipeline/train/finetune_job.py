@@ -37,6 +37,7 @@ class FinetuneJob:
     study: str
     state_dir: str  # resume files of this run, removed at the end
     metrics_path: str
+    method: str = "sft"  # the fine-tuning method's name (finetune.methods): the rows' `modification`
     line_path: str | None = None  # the curvature line's rows (Appendix D), when `curvature` is set
     path: str | None = None  # the checkpoint's directory (sweep / local checkpoints)
     device: str = "cpu"  # auto | cpu | cuda; the entry points resolve it (pipeline.runtime.pick_device)
@@ -55,6 +56,11 @@ class FinetuneJob:
             )
         if self.lambda_reg < 0:
             raise ValueError(f"finetune.lambdas: λ must be >= 0, got {self.lambda_reg}")
+        if self.cfg.proximal != "coupled" and self.lambda_reg * self.learning_rate > 1:
+            raise ValueError(
+                f"finetune.lambdas: the {self.cfg.proximal} proximal step θ ← θ − λη(θ − θ_pre) overshoots "
+                f"θ_pre when λη > 1 (λ {self.lambda_reg:g}, learning rate {self.learning_rate:g})"
+            )
         if self.curvature is not None and self.line_path is None:
             raise ValueError("a fine-tuning job with the curvature line needs line_path")
 
@@ -62,6 +68,7 @@ class FinetuneJob:
         """The metric-row columns that identify this run."""
         return dict(
             **self.spec.row_fields(self.study),
+            modification=self.method,
             task=self.task_name,
             learning_rate=float(self.learning_rate),
             lambda_reg=float(self.lambda_reg),

@@ -29,6 +29,7 @@ from pipeline.train.schedules import lambda_schedule
 
 if TYPE_CHECKING:
     from pipeline.train.config import TrainConfig
+    from pipeline.train.proximal import ProximalStep
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,7 @@ def train(
     on_step_end: Callable[[int], None] | None = None,
     micro_batch_size: int | None = None,
     placement: Whole = WHOLE,
+    proximal_step: ProximalStep | None = None,
 ) -> TrainResult:
     """Train `model` for `cfg.steps` steps on `batch_fn(step)` batches.
 
@@ -164,6 +166,8 @@ def train(
         gradient is the whole batch's; None: the whole batch at once).
     placement: where the model lives (pipeline/train/placement.py); sharded over ranks, each rank
         takes its rows of every global batch and `extra_loss` covers its own shards.
+    proximal_step: a step toward the initial weights around each optimizer step (decoupled or
+        selective regularisation, pipeline/train/proximal.py).
     A non-finite loss stops the run and marks it diverged instead of raising.
     """
     device = next(model.parameters()).device
@@ -225,7 +229,11 @@ def train(
         if cfg.grad_clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip, foreach=True)
         result.lrs.append(scheduler.get_last_lr()[0])
+        if proximal_step is not None:
+            proximal_step.before_step()
         optimizer.step()
+        if proximal_step is not None:
+            proximal_step.after_step(result.lrs[-1])
         if not result.state_bytes:
             result.state_bytes = state_bytes(model, optimizer)
             log.info(

@@ -22,7 +22,7 @@ from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.models.hub import HubRevisionError, check_hub_checkpoints
 from pipeline.models.presets import SIZE_PRESETS
 from pipeline.train.memory import Plan, PlanError
-from pipeline.workflow.config import finetune_ranks
+from pipeline.workflow.config import finetune_methods, finetune_ranks
 from pipeline.workflow.plans import checkpoint_shape, finetune_plan
 
 CLUSTER_KEYS = ("slurm_account", "slurm_partition")  # profiles/slurm/config.yaml ships placeholders
@@ -210,6 +210,27 @@ def stop_status_checks_promptly() -> bool:
     sleep.wakes_on_shutdown = True
     RemoteExecutor.sleep = sleep
     return True
+
+
+def check_lora_jobs(jobs: Iterable, config: dict, checkpoints: Checkpoints) -> None:
+    """Every LoRA method's target modules exist and its rank fits them, on the architecture of each
+    checkpoint a fine-tuning job to run loads (meta device: no weights), before any job starts."""
+    from pipeline.models.loading import architecture  # heavy (torch): only with a LoRA method
+    from pipeline.train.trained_params import check_lora_targets, lora_settings
+
+    methods = {m: lora_settings(s.get("params", "all")) for m, s in finetune_methods(config).items()}
+    pairs = {
+        (job.wildcards.checkpoint, job.wildcards.method)
+        for job in jobs
+        if job.rule.name == "finetune" and methods.get(job.wildcards.method) is not None
+    }
+    for checkpoint, method in sorted(pairs):
+        model = architecture(checkpoints[checkpoint], config["tokenizer"]["vocab_size"])
+        try:
+            check_lora_targets(model, methods[method])
+        except ValueError as err:
+            named = str(err).replace("methods.*", f"methods.{method}")
+            raise WorkflowError(f"{named} (checkpoint {checkpoint})") from None
 
 
 def check_hub_jobs(jobs: Iterable, checkpoints: Checkpoints) -> None:

@@ -284,7 +284,8 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
         specs = study_checkpoints(config)
         PretrainConfig(**hyperparameters(PretrainConfig, pt))
         if finetune_enabled(config):
-            FinetuneConfig(**hyperparameters(FinetuneConfig, finetune_section(config)))
+            for method in finetune_methods(config):
+                check_method(config, method)
         if curvature_enabled(config):
             CurvatureConfig(**hyperparameters(CurvatureConfig, curvature_section(config)))
         check_theory(config["theory"])  # enabled or not: its job can still be asked for by its output
@@ -342,6 +343,9 @@ def check_ranks(config: dict) -> None:
             "along theta_ft - theta_pre needs the whole fine-tuned model in one process, which a sharded "
             "job does not hold; set finetune.ranks: 1 or curvature.enabled: false"
         )
+    if finetune_enabled(config) and ranks > 1:
+        for method in finetune_methods(config):
+            check_whole_model(config, method)
 
 
 def check_plans(config: dict, specs: Iterable[CheckpointSpec]) -> None:
@@ -424,6 +428,57 @@ def finetune_section(config: dict) -> dict:
     return config["finetune"]
 
 
+def finetune_methods(config: dict) -> dict[str, dict]:
+    """The fine-tuning methods by name (`finetune.methods`): each one's METHOD fields (params,
+    proximal, replay_fraction); a run's rows carry its method's name as `modification`."""
+    return {name: dict(settings or {}) for name, settings in config["finetune"]["methods"].items()}
+
+
+def method_section(config: dict, method: str) -> dict:
+    """The `finetune:` section as one method's jobs read it: its METHOD fields set."""
+    methods = finetune_methods(config)
+    if method not in methods:
+        raise KeyError(f"finetune.methods: no method {method!r}; the study's methods are {sorted(methods)}")
+    return config["finetune"] | methods[method]
+
+
+def check_method(config: dict, method: str) -> None:
+    """A fine-tuning method's settings, before any job: its config; a proximal step that would
+    overshoot θ_pre (λη > 1 at the grid's or the search lattice's largest rate); a linearized
+    method with the judged metric."""
+    cfg = FinetuneConfig(**hyperparameters(FinetuneConfig, method_section(config, method)))
+    ft = config["finetune"]
+    if cfg.proximal != "coupled":
+        worst = max(ft["lambdas"]) * max(finetune_lrs(config))
+        if worst > 1:
+            raise ValueError(
+                f"finetune.methods.{method}.proximal: the {cfg.proximal} step θ ← θ − λη(θ − θ_pre) "
+                f"overshoots θ_pre where λη > 1 (largest λ x learning rate: {worst:g})"
+            )
+    if cfg.linearized and alpaca_eval_enabled(config):
+        raise ValueError(
+            f"finetune.methods.{method}.linearized: the tangent model does not generate text; turn "
+            "alpaca_eval off or drop the method"
+        )
+
+
+def check_whole_model(config: dict, method: str) -> None:
+    """With finetune.ranks > 1: what needs the whole model in one process is off for `method`."""
+    cfg = FinetuneConfig(**hyperparameters(FinetuneConfig, method_section(config, method)))
+    whole = {
+        f"finetune.methods.{method}.params (LoRA)": isinstance(cfg.params, dict) and "lora" in cfg.params,
+        "finetune.wise_ft_alphas": bool(cfg.wise_ft_alphas),
+        "finetune.linearization_tokens": bool(cfg.linearization_tokens),
+        f"finetune.methods.{method}.linearized": cfg.linearized,
+    }
+    named = [k for k, on in whole.items() if on]
+    if named:
+        raise ConfigError(
+            f"invalid config: {', '.join(named)}: runs in one process only for now; finetune.ranks is "
+            f"{finetune_ranks(config)} (set it to 1, or turn these off)"
+        )
+
+
 def finetune_ranks(config: dict) -> int:
     """Processes of one fine-tuning job (FSDP2 under torchrun when > 1; one GPU each on CUDA; null: 1)."""
     return int(config["finetune"]["ranks"] or 1)
@@ -489,6 +544,23 @@ def curvature_section(config: dict) -> dict:
 
 def curvature_enabled(config: dict) -> bool:
     return bool(config["curvature"]["enabled"])
+
+
+def linearization_enabled(config: dict) -> bool:
+    """The linearization stage's figures are drawn: the study fine-tunes and computes any of the
+    gap, the NTK, WiSE-FT, or runs more than one fine-tuning method."""
+    if not finetune_enabled(config):
+        return False
+    ft = config["finetune"]
+    return bool(
+        ft.get("linearization_tokens") or ft.get("wise_ft_alphas") or len(ft["methods"]) > 1
+    ) or ntk_enabled(config)
+
+
+def ntk_enabled(config: dict) -> bool:
+    """Rule ntk runs: the curvature stage is on, it asks for examples, and there are tasks."""
+    asked = bool(config["curvature"].get("ntk_examples"))
+    return curvature_enabled(config) and asked and finetune_enabled(config)
 
 
 def alpaca_eval_enabled(config: dict) -> bool:

@@ -27,6 +27,7 @@ from pipeline.workflow.config import (
     finetune_enabled,
     finetune_search,
     finetune_section,
+    method_section,
 )
 
 if TYPE_CHECKING:
@@ -46,9 +47,9 @@ def pretrain_params(config: dict) -> dict:
     return hyperparameters(PretrainConfig, config["pretrain"])
 
 
-def finetune_params(config: dict) -> dict:
-    """Every fine-tuning hyperparameter except the grid ones (those are wildcards)."""
-    return hyperparameters(FinetuneConfig, finetune_section(config))
+def finetune_params(config: dict, method: str) -> dict:
+    """Every hyperparameter of one fine-tuning method's jobs except the grid ones (wildcards)."""
+    return hyperparameters(FinetuneConfig, method_section(config, method))
 
 
 def task_base_params(config: dict) -> dict:
@@ -82,6 +83,13 @@ def curvature_finetune_params(config: dict) -> dict | None:
         return None
     hp = hyperparameters(CurvatureConfig, curvature_section(config))
     return {f.name: hp[f.name] for f in fields(CurvatureConfig) if tagged(f, "finetune")}
+
+
+def ntk_params(config: dict) -> dict:
+    """What rule ntk reads: the curvature fields tagged ntk, and the fine-tuning context (seq_len)."""
+    hp = hyperparameters(CurvatureConfig, curvature_section(config))
+    keep = {f.name: hp[f.name] for f in fields(CurvatureConfig) if tagged(f, "ntk") and f.name in hp}
+    return keep | {"seq_len": finetune_section(config).get("seq_len")}
 
 
 def lr_search_params(config: dict) -> dict | None:

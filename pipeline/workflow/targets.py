@@ -22,8 +22,11 @@ from pipeline.workflow.config import (
     curvature_enabled,
     finetune_enabled,
     finetune_lrs,
+    finetune_methods,
     finetune_search,
     finetune_section,
+    linearization_enabled,
+    ntk_enabled,
     reference_checkpoint,
     task_settings,
     theory_enabled,
@@ -64,10 +67,10 @@ def lm_eval_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
 
 
 def finetune_parts(config: dict, checkpoints: Checkpoints, pattern: str = layout.FINETUNE_PART) -> list[str]:
-    """One metrics file per (checkpoint, task, lr, λ, seed), plus each (checkpoint, task)'s base
-    evaluation (`pattern`: another per-run output, e.g. its line table, without the base). With a
-    search: one file per (checkpoint, task, λ) holding its runs' rows (its runs are known only
-    as it goes)."""
+    """One metrics file per (checkpoint, task, method, lr, λ, seed), plus each (checkpoint, task)'s
+    base evaluation (`pattern`: another per-run output, e.g. its line table, without the base).
+    With a search: one file per (checkpoint, task, method, λ) holding its runs' rows (its runs are
+    known only as it goes)."""
     if not finetune_enabled(config):
         return []
     ft, search = finetune_section(config), finetune_search(config)
@@ -76,16 +79,17 @@ def finetune_parts(config: dict, checkpoints: Checkpoints, pattern: str = layout
         for task in ft["tasks"]:
             if pattern == layout.FINETUNE_PART:
                 out.append(path(config, layout.TASK_BASE_PART, checkpoint=name, task=task))
-            for lam in ft["lambdas"]:
-                if search:
-                    part = SEARCH_PARTS[pattern]
-                    out.append(path(config, part, checkpoint=name, task=task, lam=format_hparam(lam)))
-                else:
-                    out += [
-                        run_path(config, pattern, name, task, lr, lam, seed)
-                        for lr in finetune_lrs(config)
-                        for seed in ft["seeds"]
-                    ]
+            for method in finetune_methods(config):
+                for lam in ft["lambdas"]:
+                    if search:
+                        setting = dict(checkpoint=name, task=task, method=method, lam=format_hparam(lam))
+                        out.append(path(config, SEARCH_PARTS[pattern], **setting))
+                    else:
+                        out += [
+                            run_path(config, pattern, name, task, method, lr, lam, seed)
+                            for lr in finetune_lrs(config)
+                            for seed in ft["seeds"]
+                        ]
     return out
 
 
@@ -96,13 +100,16 @@ SEARCH_PARTS = {
 }
 
 
-def run_path(config: dict, pattern: str, checkpoint: str, task: str, lr: float, lam: float, seed: int) -> str:
+def run_path(
+    config: dict, pattern: str, checkpoint: str, task: str, method: str, lr: float, lam: float, seed: int
+) -> str:
     """A fine-tuning run's file (`pattern`: its metrics or its line table)."""
     return path(
         config,
         pattern,
         checkpoint=checkpoint,
         task=task,
+        method=method,
         lr=format_hparam(lr),
         lam=format_hparam(lam),
         seed=seed,
@@ -111,11 +118,13 @@ def run_path(config: dict, pattern: str, checkpoint: str, task: str, lr: float, 
 
 # --- the adaptive learning-rate search (checkpoint rules: each round's runs come from the last) ----
 
-# round r's JSON of one (checkpoint, task, λ); the workflow's checkpoint raises until it exists
+# round r's JSON of one (checkpoint, task, method, λ); the workflow's checkpoint raises until it exists
 RoundFile = Callable[[int], str]
 
 
-def search_round_inputs(config: dict, checkpoint: str, task: str, lam: float, previous: str | None) -> dict:
+def search_round_inputs(
+    config: dict, checkpoint: str, task: str, method: str, lam: float, previous: str | None
+) -> dict:
     """Inputs of a search round: the previous round's JSON (none for round 0) and the runs it asks for."""
     search = finetune_search(config)
     if previous is None:
@@ -126,7 +135,7 @@ def search_round_inputs(config: dict, checkpoint: str, task: str, lam: float, pr
             raise ValueError(f"{previous}: the search ended in this round; there is no next round")
         lrs = record["next"]
     seed = finetune_section(config)["seeds"][0]
-    runs = [run_path(config, layout.FINETUNE_PART, checkpoint, task, lr, lam, seed) for lr in lrs]
+    runs = [run_path(config, layout.FINETUNE_PART, checkpoint, task, method, lr, lam, seed) for lr in lrs]
     return {"previous": [previous] if previous else [], "runs": runs}
 
 
@@ -139,8 +148,10 @@ def search_final(config: dict, round_file: RoundFile) -> str:
     raise ValueError(f"{record_file}: the search has not ended after its most rounds ({r + 1})")
 
 
-def search_setting_inputs(config: dict, checkpoint: str, task: str, lam: str, final: str) -> dict:
-    """Inputs of a finished search's (checkpoint, task, λ): its last round's JSON, and the metrics
+def search_setting_inputs(
+    config: dict, checkpoint: str, task: str, method: str, lam: str, final: str
+) -> dict:
+    """Inputs of a finished search's (checkpoint, task, method, λ): its last round's JSON, and the metrics
     and line tables of every run: each evaluated learning rate with the first seed, the other
     seeds at the chosen one."""
     record, seeds = json.loads(Path(final).read_text()), finetune_section(config)["seeds"]
@@ -149,7 +160,7 @@ def search_setting_inputs(config: dict, checkpoint: str, task: str, lam: str, fi
     lam = float(lam)
 
     def parts(pattern: str) -> list[str]:
-        return [run_path(config, pattern, checkpoint, task, lr, lam, seed) for lr, seed in runs]
+        return [run_path(config, pattern, checkpoint, task, method, lr, lam, seed) for lr, seed in runs]
 
     return {"final": [final], "runs": parts(layout.FINETUNE_PART), "lines": parts(layout.FINETUNE_LINE_PART)}
 
@@ -158,9 +169,10 @@ def search_finals(config: dict, checkpoints: Checkpoints) -> list[str]:
     """Every search's final record (rule lr_search's inputs)."""
     ft = finetune_section(config)
     return [
-        path(config, layout.LR_SEARCH_FINAL, checkpoint=c, task=t, lam=format_hparam(lam))
+        path(config, layout.LR_SEARCH_FINAL, checkpoint=c, task=t, method=m, lam=format_hparam(lam))
         for c in checkpoints
         for t in ft["tasks"]
+        for m in finetune_methods(config)
         for lam in ft["lambdas"]
     ]
 
@@ -169,7 +181,7 @@ def search_bound(config: dict, checkpoints: Checkpoints) -> str:
     """The search's cost before it runs (shown by a dry run): its most runs and rounds, against the
     full grid at its resolution."""
     search, ft = finetune_search(config), finetune_section(config)
-    settings = len(checkpoints) * len(ft["tasks"]) * len(ft["lambdas"])
+    settings = len(checkpoints) * len(ft["tasks"]) * len(finetune_methods(config)) * len(ft["lambdas"])
     seeds = len(ft["seeds"])
     per_search, rounds = search.runs_bound + seeds - 1, search.rounds_bound + (seeds > 1)
     grid = search.grid_size * seeds
@@ -177,7 +189,7 @@ def search_bound(config: dict, checkpoints: Checkpoints) -> str:
     label = "finetune.learning_rates.search" if searching else "finetune.seeds_at: tuned"
     return (
         f"{label}: at most {per_search} fine-tuning runs in {rounds} "
-        f"rounds per (checkpoint, task, λ) ({search.runs_bound} with seed {ft['seeds'][0]}, "
+        f"rounds per (checkpoint, task, method, λ) ({search.runs_bound} with seed {ft['seeds'][0]}, "
         f"then {seeds - 1} other seed(s) at the chosen rate); at most {per_search * settings} runs in all vs "
         f"{grid * settings} for the full grid at the same resolution ({per_search / grid:.0%})"
     )
@@ -187,6 +199,18 @@ def curvature_sharpness_parts(config: dict, checkpoints: Checkpoints) -> list[st
     if not curvature_enabled(config):
         return []
     return [path(config, layout.CURVATURE_SHARPNESS_PART, checkpoint=name) for name in checkpoints]
+
+
+def ntk_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
+    """The empirical NTK's rows: one file per checkpoint (every fine-tuning task)."""
+    if not ntk_enabled(config):
+        return []
+    return [path(config, layout.NTK_PART, checkpoint=c) for c in checkpoints]
+
+
+def ntk_task_tables(config: dict) -> dict[str, str]:
+    """Rule ntk's task inputs: each fine-tuning task's table, by name."""
+    return {t: path(config, layout.TASK_TABLE, task=t) for t in finetune_section(config)["tasks"]}
 
 
 def curvature_line_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
@@ -211,12 +235,14 @@ def judge_parts(config: dict, checkpoints: Checkpoints, pattern: str = layout.JU
 
 def judge_inputs(config: dict, checkpoints: Checkpoints, checkpoint: str, task: str) -> dict[str, list[str]]:
     """A judge job's inputs: the instruction set, the reference run's responses, the responses of
-    every fine-tuning run of (checkpoint, task) and of the checkpoint before fine-tuning."""
+    every fine-tuning run of (checkpoint, task) and of the checkpoint before fine-tuning. The
+    reference is a run of the first fine-tuning method."""
     ft, section = finetune_section(config), alpaca_eval_config(config)
-    ref = section.reference
+    ref, methods = section.reference, list(finetune_methods(config))
     ref_checkpoint = reference_checkpoint(config, checkpoints.values())
     runs = [
-        run_path(config, layout.GENERATIONS, checkpoint, task, lr, lam, seed)
+        run_path(config, layout.GENERATIONS, checkpoint, task, method, lr, lam, seed)
+        for method in methods
         for lr in finetune_lrs(config)
         for lam in ft["lambdas"]
         for seed in ft["seeds"]
@@ -225,7 +251,14 @@ def judge_inputs(config: dict, checkpoints: Checkpoints, checkpoint: str, task: 
         "instructions": [path(config, layout.ALPACA_EVAL_INSTRUCTIONS)],
         "reference": [
             run_path(
-                config, layout.GENERATIONS, ref_checkpoint, task, ref.learning_rate, ref.lambda_reg, ref.seed
+                config,
+                layout.GENERATIONS,
+                ref_checkpoint,
+                task,
+                methods[0],
+                ref.learning_rate,
+                ref.lambda_reg,
+                ref.seed,
             )
         ],
         "runs": runs,
@@ -248,6 +281,7 @@ def metric_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
         + finetune_parts(config, checkpoints)
         + judge_parts(config, checkpoints)
         + curvature_sharpness_parts(config, checkpoints)
+        + ntk_parts(config, checkpoints)
         + theory
     )
 
@@ -267,6 +301,8 @@ def all_outputs(config: dict, checkpoints: Checkpoints) -> list[str]:
         out += stage_figures(config, "benchmarks")
     if curvature_enabled(config):
         out += [path(config, layout.CURVATURE_SUMMARY)] + stage_figures(config, "curvature")
+    if linearization_enabled(config):
+        out += stage_figures(config, "linearization")
     if theory_enabled(config):
         out += [path(config, layout.THEORY_METRICS)] + stage_figures(config, "theory")
     return out

@@ -24,6 +24,7 @@ job = FinetuneJob(
     learning_rate=float(wc.lr),
     lambda_reg=float(wc.lam),
     seed=int(wc.seed),
+    method=wc.method,
     study=snakemake.config["study"],
     state_dir=snakemake.params.state,
     metrics_path=snakemake.output.metrics,

@@ -19,7 +19,8 @@ search = lr_search.LRSearch(**p.search["search"])
 
 def runtime_of(setting: dict, lr: float, seed: int) -> float:
     """A run's seconds, from its benchmark file."""
-    fields = {"checkpoint": setting["checkpoint"], "task": setting["task"], "seed": seed}
+    fields = {"checkpoint": setting["checkpoint"], "task": setting["task"], "method": setting["modification"]}
+    fields["seed"] = seed
     lam = format_hparam(setting["lambda_reg"])
     return benchmark_seconds(
         study_path(snakemake.config["study"], FINETUNE_BENCHMARK, **fields, lr=format_hparam(lr), lam=lam)

@@ -17,5 +17,10 @@ search = lr_search.LRSearch(**p["search"])
 previous = json.loads(Path(snakemake.input.previous[0]).read_text()) if snakemake.input.previous else None
 runs = pd.concat([pd.read_parquet(f) for f in snakemake.input.runs], ignore_index=True)
 state = play_round(search, previous, runs, p["split"], p["metric"])
-setting = {"checkpoint": wc.checkpoint, "task": wc.task, "lambda_reg": float(wc.lam)}
+setting = {
+    "checkpoint": wc.checkpoint,
+    "task": wc.task,
+    "modification": wc.method,
+    "lambda_reg": float(wc.lam),
+}
 write_json(snakemake.output[0], {"setting": setting} | lr_search.state_record(search, state))

@@ -17,7 +17,12 @@ def test_finetune_line_leaves_the_rows_and_measures_the_run(study_files, tmp_pat
     plain = metrics_frame(run(study_files, "mr", state=tmp_path / "a"))
     cfg = CurvatureConfig(max_tokens=512, batch_size=8)
     fields = dict(
-        **study_files["spec"].row_fields("t"), task="mr", learning_rate=3e-3, lambda_reg=0.0, seed=0
+        **study_files["spec"].row_fields("t"),
+        modification="sft",
+        task="mr",
+        learning_rate=3e-3,
+        lambda_reg=0.0,
+        seed=0,
     )
     settings = {k: getattr(cfg, k) for k in ("finetune_lambdas_small", "finetune_lambdas_wide", "max_tokens")}
     line = FinetuneLine(settings, study_files["corpus"], {"split": "validation", "seq_len": None}, fields)

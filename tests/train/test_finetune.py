@@ -199,7 +199,7 @@ def test_diverging_learning_rate_is_recorded_not_raised(study_files):
 def test_bad_fine_tuning_input(study_files):
     with pytest.raises(ValueError, match="learning rate must be > 0"):
         run(study_files, "book", lr=0.0)
-    with pytest.raises(ValueError, match="batch_size 512 is larger than task 'mr'"):
+    with pytest.raises(ValueError, match="batch_size 512 .task rows per batch. is larger than task 'mr'"):
         run(study_files, "mr", cfg=FinetuneConfig(batch_size=512, seq_len=64))
     with pytest.raises(ValueError, match="finetune.schedule"):
         FinetuneConfig(schedule="linear")

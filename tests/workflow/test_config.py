@@ -52,6 +52,12 @@ CASES = [
         "finetune.seeds_at: all cannot go with finetune.learning_rates.search",
     ),
     ({"curvature.lambdas_wide": [1.0, 2.0]}, "curvature.lambdas_wide: a λ grid must contain 0"),
+    ({"finetune.wise_ft_alphas": [0.5, 1.0]}, "finetune.wise_ft_alphas: [0.5, 1.0] must contain 0"),
+    ({"finetune.methods": {"r": {"replay_fraction": 1.0}}}, "replay_fraction"),
+    (
+        {"finetune.methods": {"d": {"proximal": "decoupled"}}, "finetune.lambdas": [0.0, 1000.0]},
+        "finetune.methods.d.proximal: the decoupled step",
+    ),
     ({"finetune.ranks": 3}, "finetune.batch_size 8 cannot be split evenly over finetune.ranks 3"),
     ({"finetune.ranks": 2}, "curvature.enabled with finetune.ranks 2: the curvature stage's line"),
     (
@@ -328,3 +334,16 @@ def test_paper_scale_dry_run_places_every_finetuning_job_on_the_planners_gpus():
         counted and len(jobs) == int(counted.group(1)) == 6 * 3 * 7 * 3
     )  # checkpoints x tasks x LRs x seeds
     assert all("gpu=2" in r.split(", ") and "ranks=2" in r.split(", ") for r in jobs), jobs[:2]
+
+
+def test_lora_targets_that_match_nothing_stop_the_run_before_any_job(tmp_path):
+    """Checked on each checkpoint's architecture (meta device) when the run starts: the error names
+    the method's key and lists the model's module names."""
+    lora = {"params": {"lora": {"rank": 4, "target_modules": ["query"]}}}
+    cfg = smoke_config(study="bad-lora", **{"finetune.methods": {"sft": {}, "lo": lora}})
+    res = snakemake(write_config(tmp_path, cfg), "--cores", "1")
+    text = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert "finetune.methods.lo.params.lora.target_modules: 'query' matches no module" in text, text[-3000:]
+    assert "'q_proj'" in text and "Traceback" not in text, text[-3000:]
+    assert not (ROOT / "results" / "bad-lora").exists()  # no job ran

@@ -19,6 +19,7 @@ from pipeline.train.config import (
     changes_numbers,
     execution,
     hyperparameters,
+    method_fields,
 )
 from pipeline.workflow.config import ConfigError, check_config, load_schema, validate_config
 from pipeline.workflow.params import (
@@ -33,13 +34,26 @@ from pipeline.workflow.params import (
 
 SCHEMA = load_schema(ROOT / "config" / "schema.yaml")
 SECTIONS = {"pretrain": PretrainConfig, "finetune": FinetuneConfig, "curvature": CurvatureConfig}
+METHOD_PROPS = SCHEMA["properties"]["finetune"]["properties"]["methods"]["additionalProperties"]["properties"]
+
+
+def section_props(section: str) -> dict:
+    """A section's keys and their schemas; finetune: with the keys each of its methods sets."""
+    props = SCHEMA["properties"][section]["properties"]
+    return props | METHOD_PROPS if section == "finetune" else props
+
+
+def test_a_method_sets_exactly_the_method_fields():
+    """finetune.methods.<name> holds the METHOD fields, and only there (not beside them in the section)."""
+    assert set(METHOD_PROPS) == set(method_fields())
+    assert not set(METHOD_PROPS) & set(SCHEMA["properties"]["finetune"]["properties"])
 
 
 @pytest.mark.parametrize("section", SECTIONS)
 def test_every_schema_key_is_a_field_or_declared(section):
     """A key of the schema's section is a hyperparameter (a field) or one of OTHER_KEYS (grid,
     stage switches, threads); every field is a key of the section."""
-    cls, props = SECTIONS[section], SCHEMA["properties"][section]["properties"]
+    cls, props = SECTIONS[section], section_props(section)
     names = {f.name for f in fields(cls)}
     assert not names & set(cls.OTHER_KEYS)
     undeclared = set(props) - names - set(cls.OTHER_KEYS)
@@ -55,7 +69,7 @@ def test_defaults_live_in_one_place(section):
     """The dataclass owns its fields' defaults (the schema declares none) and the schema accepts
     them (types, enums, ranges agree); a field without a default is required by the schema."""
     cls, spec = SECTIONS[section], SCHEMA["properties"][section]
-    assert not owned_by_dataclass(cls, spec["properties"])
+    assert not owned_by_dataclass(cls, section_props(section))
     for f in fields(cls):
         if f.default is MISSING:
             assert f.name in spec["required"], f.name
@@ -102,7 +116,7 @@ def test_execution_fields_have_one_default():
 def test_params_are_the_fields_that_change_numbers():
     cfg = workflow_config(smoke_config())
     validate_config(cfg, SCHEMA)
-    hp = finetune_params(cfg)
+    hp = finetune_params(cfg, "sft")
     assert set(hp) == {f.name for f in fields(FinetuneConfig) if f.metadata != EXECUTION}
     assert hp["max_steps"] == 16 and hp["warmup_steps"] is None  # from the config / the default
     assert set(task_base_params(cfg)) == {"seq_len", "eval_batch_size", "eval_max_tokens"}
@@ -183,3 +197,24 @@ def test_a_lambda_grid_without_zero_fails_at_start_up(key):
     validate_config(cfg, SCHEMA)
     with pytest.raises(ConfigError, match=rf"curvature\.{key}: a λ grid must contain 0"):
         check_config(cfg, check_benchmark_tasks=False)
+
+
+def test_each_method_reruns_only_its_jobs():
+    """A method's settings reach only its own jobs' params; a bad one fails at start-up naming it."""
+    lora = {"params": {"lora": {"rank": 4, "target_modules": ["q_proj"]}}}
+    cfg = workflow_config(smoke_config(**{"finetune.methods": {"sft": {}, "lora": lora}}))
+    validate_config(cfg, SCHEMA)
+    check_config(cfg, check_benchmark_tasks=False)
+    sft, low = finetune_params(cfg, "sft"), finetune_params(cfg, "lora")
+    assert sft["params"] == "all" and low["params"] == lora["params"]
+    assert {k for k in sft if sft[k] != low[k]} == {"params"}
+    bad = workflow_config(
+        smoke_config(**{"finetune.methods": {"d": {"proximal": "decoupled"}}, "finetune.lambdas": [0.0, 1e4]})
+    )
+    with pytest.raises(ConfigError, match=r"finetune.methods.d.proximal: the decoupled step .* λη > 1"):
+        check_config(bad, check_benchmark_tasks=False)
+    sharded = workflow_config(
+        smoke_config(**{"finetune.wise_ft_alphas": [0, 1], "finetune.ranks": 2, "curvature.enabled": False})
+    )
+    with pytest.raises(ConfigError, match=r"finetune.wise_ft_alphas, .*: runs in one process only"):
+        check_config(sharded, check_benchmark_tasks=False)

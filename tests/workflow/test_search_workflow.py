@@ -78,7 +78,7 @@ def test_dry_run_states_the_upper_bound_and_the_run_stays_within_it(search_run):
     bound = search.runs_bound + 1
     assert f"at most {bound} fine-tuning runs in {search.rounds_bound + 1} rounds" in dry
     assert re.search(rf"at most {2 * bound} runs in all vs {2 * search.grid_size * 2} for the full grid", dry)
-    runs = [p for p in (out / "finetune").glob("*/code/lr*_seed*.parquet") if ".line" not in p.name]
+    runs = [p for p in (out / "finetune").glob("*/code/sft/lr*_seed*.parquet") if ".line" not in p.name]
     assert 2 * (len(search.start) + 1) <= len(runs) <= 2 * bound
 
 
@@ -87,10 +87,11 @@ def test_reruns_touch_only_the_rounds(search_run, tmp_path):
     assert planned_jobs(cfg) == {}
     # killed in its last round: one run and the round's record missing, nothing after them written;
     # the rerun runs just that run and that round, and the search ends where it did
-    search_dir = out / "finetune/tiny-16384/code/lr_search"
+    search_dir = out / "finetune/tiny-16384/code/sft/lr_search"
     final = json.loads((search_dir / "lam0.json").read_text())
     last = [row for row in final["evaluated"] if row["round"] == final["round"]][0]
-    (out / f"finetune/tiny-16384/code/lr{format_hparam(last['learning_rate'])}_lam0_seed0.parquet").unlink()
+    lr = format_hparam(last["learning_rate"])
+    (out / f"finetune/tiny-16384/code/sft/lr{lr}_lam0_seed0.parquet").unlink()
     (search_dir / f"lam0_round{final['round']}.json").unlink()
     for name in ("lam0.json", "lam0.parquet", "lam0.line.parquet"):
         (search_dir / name).unlink()

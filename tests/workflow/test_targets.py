@@ -48,20 +48,22 @@ def test_parts_of_the_smoke_study():
     parts = targets.finetune_parts(cfg, ckpts)
     runs = len(ft["learning_rates"]) * len(ft["lambdas"]) * len(ft["seeds"])
     assert len(parts) == len(ckpts) * len(ft["tasks"]) * (1 + runs)
-    assert "results/t/finetune/tiny-16384/code/lr0.003_lam0_seed0.parquet" in parts
+    assert "results/t/finetune/tiny-16384/code/sft/lr0.003_lam0_seed0.parquet" in parts
     assert "results/t/finetune/tiny-16384/mr/base.parquet" in parts
     sharpness = [f"results/t/curvature/{n}/sharpness.parquet" for n in ckpts]
-    assert targets.metric_parts(cfg, ckpts) == targets.perturb_parts(cfg, ckpts) + parts + sharpness
+    ntk = [f"results/t/curvature/{n}/ntk.parquet" for n in ckpts]
+    assert targets.ntk_parts(cfg, ckpts) == ntk
+    assert targets.metric_parts(cfg, ckpts) == targets.perturb_parts(cfg, ckpts) + parts + sharpness + ntk
     lines = targets.curvature_line_parts(cfg, ckpts)
     assert len(lines) == len(ckpts) * (1 + len(ft["tasks"]) * runs)
-    assert "results/t/finetune/tiny-16384/code/lr0.003_lam0_seed0.line.parquet" in lines
+    assert "results/t/finetune/tiny-16384/code/sft/lr0.003_lam0_seed0.line.parquet" in lines
 
 
 def test_all_outputs_follow_the_enabled_stages_and_the_figure_registry():
     cfg, ckpts = study(**{"analysis.figure_formats": ["png", "pdf"]})
     out = targets.all_outputs(cfg, ckpts)
     figures = {Path(p).stem for p in out if "/figures/" in p}
-    stages = ("sweep", "pretrain", "finetune", "curvature")
+    stages = ("sweep", "pretrain", "finetune", "curvature", "linearization")
     assert figures == {f.name for s in stages for f in figures_of_stage(s)}
     assert "results/t/analysis/curvature_summary.parquet" in out
     assert all(f"results/t/figures/{n}.{ext}" in out for n in figures for ext in ("png", "pdf"))
@@ -77,7 +79,8 @@ def test_all_outputs_follow_the_enabled_stages_and_the_figure_registry():
     )
     out = targets.all_outputs(cfg, ckpts)
     figures = {Path(p).stem for p in out if "/figures/" in p}
-    assert figures == {f.name for f in FIGURES if f.stage not in ("finetune", "alpaca_eval", "curvature")}
+    off = ("finetune", "alpaca_eval", "curvature", "linearization")
+    assert figures == {f.name for f in FIGURES if f.stage not in off}
     assert not targets.curvature_line_parts(cfg, ckpts) and not targets.curvature_sharpness_parts(cfg, ckpts)
     assert "results/t/theory/metrics.parquet" in out and not targets.finetune_parts(cfg, ckpts)
     assert targets.lm_eval_parts(cfg, ckpts) == [f"results/t/lm_eval/{n}.parquet" for n in ckpts]

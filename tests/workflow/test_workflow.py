@@ -31,6 +31,7 @@ AGG = {
     "finetune_analysis": 1,
     "finetune_figures": 1,
     "curvature_figures": 1,
+    "linearization_figures": 1,
 }
 LINES = {"curvature_lines": 1}  # the table of every line (Gaussian and fine-tuning)
 
@@ -129,6 +130,7 @@ def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
                 "pretrain": 1,
                 "perturb": 1,
                 "curvature": 1,
+                "ntk": 1,
                 "task_base": 2,
                 "finetune": 2,
                 "loss_curves": 1,
@@ -142,6 +144,7 @@ def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
                 "pretrain": 3,
                 "perturb": 3,
                 "curvature": 3,
+                "ntk": 3,
                 "task_base": 6,
                 "finetune": 6,
                 "loss_curves": 1,
@@ -154,7 +157,10 @@ def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
             {"pretrain.threads": 2, "perturb.threads": 2, "finetune.threads": 2, "curvature.threads": 2},
             {},
         ),  # neither do threads
-        ({"analysis.bootstrap": 50}, {"analysis": 1, "figures": 1, "finetune_figures": 1}),
+        (
+            {"analysis.bootstrap": 50},
+            {"analysis": 1, "figures": 1, "finetune_figures": 1, "linearization_figures": 1},
+        ),
         (
             {"finetune.learning_rates": [3.0e-3, 1.0e-3]},
             {"finetune": 6, **LINES, **AGG},
@@ -166,7 +172,7 @@ def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
         ({"finetune.max_steps": 12}, {"finetune": 6, **LINES, **AGG}),
         (
             {"finetune.task_data.mr.max_items.train": 300},
-            {"task_data": 1, "task_base": 3, "finetune": 3, **LINES, **AGG},
+            {"task_data": 1, "task_base": 3, "finetune": 3, "ntk": 3, **LINES, **AGG},
         ),
         ({"finetune.log_every": 3, "finetune.checkpoint_every": 5}, {}),
         ({"eval.benchmarks.num_fewshot": 3}, {}),  # benchmark settings without benchmark tasks

@@ -1,0 +1,111 @@
+"""What the linearization stage costs, against a default fine-tuning job, and LoRA vs full
+fine-tuning throughput on the same model, side by side in one process (the machine is noisy).
+
+For one pre-trained checkpoint of a study and one of its task tables it times:
+- one linearization diagnostic as a fine-tuning job runs it (`finetuned_gap`: the leading 512
+  held-out pre-training tokens and 512 of the task's validation windows; θ_ft here is θ_pre plus
+  a small random step, which costs the same as a real fine-tuning direction);
+- one empirical NTK of one task (rule ntk's work per task, loading the checkpoint included:
+  n = 64 examples, every parameter);
+- a default fine-tuning job's wall time, from the study's own benchmark files (median);
+- training throughput (tokens/s) of full fine-tuning and of LoRA (r = 4, alpha 8, q/k/v/o) on the
+  same batches, alternated `--repeats` times.
+
+usage: python bench/bench_linearization.py results/default tiny-8000000 code [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from pipeline.curvature.config import CurvatureConfig
+from pipeline.curvature.linearization import finetuned_gap
+from pipeline.curvature.ntk import ntk_rows
+from pipeline.data.encode import lm_sampler, read_task, split_of_task
+from pipeline.data.heldout import heldout_eval_set, lm_eval_set
+from pipeline.models.checkpoints import CheckpointSpec
+from pipeline.models.loading import load_checkpoint
+from pipeline.sweeps.search_rounds import benchmark_seconds
+from pipeline.train.config import TrainConfig
+from pipeline.train.loop import train
+from pipeline.train.trained_params import select
+
+LORA = {"lora": {"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("study", type=Path)
+    ap.add_argument("checkpoint")
+    ap.add_argument("task")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=30)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    model_name, budget = args.checkpoint.rsplit("-", 1)
+    path = str(args.study / "pretrain" / model_name / budget)
+    spec = CheckpointSpec(args.checkpoint, "local", model_name, int(budget), path=path)
+    task = read_task(args.task, args.study / "data" / "tasks" / f"{args.task}.parquet")
+    corpus = args.study / "data" / "corpus.parquet"
+
+    jobs = [
+        benchmark_seconds(f)
+        for f in (args.study / "benchmarks" / "finetune").glob(f"{args.checkpoint}/*/*/lr*.tsv")
+    ]
+    job = statistics.median(jobs) if jobs else float("nan")
+
+    model, tokenizer, *_ = load_checkpoint(spec, path, "cpu", dtype=torch.float32)
+    max_len = model.config.max_position_embeddings
+    reference = {n: p.detach().clone() for n, p in model.named_parameters()}
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1e-2 * torch.randn(p.shape, generator=gen))
+    sets = {
+        "pretrain": heldout_eval_set(corpus, "validation", tokenizer, max_len, 120000),
+        args.task: lm_eval_set(tokenizer, split_of_task(task, "validation"), max_len, 60000),
+    }
+    gap_s, ntk_s = [], []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        finetuned_gap(model, reference, sets, 512)
+        gap_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        tasks = {args.task: args.study / "data" / "tasks" / f"{args.task}.parquet"}
+        ntk_rows(spec, path, tasks, 128, CurvatureConfig(ntk_examples=64), "bench")
+        ntk_s.append(time.perf_counter() - t0)
+
+    sampler, _ = lm_sampler(tokenizer, split_of_task(task, "train"), 128, 16, 0)
+    cfg = TrainConfig(steps=args.steps, lr=1e-2, weight_decay=0.0, log_every=10**6, checkpoint_every=10**6)
+    rates: dict[str, list[float]] = {"full": [], "lora": []}
+    for _ in range(args.repeats):
+        for kind in rates:
+            fresh, *_ = load_checkpoint(spec, path, "cpu", dtype=torch.float32)
+            trained = select(fresh, LORA) if kind == "lora" else fresh
+            result = train(trained, sampler.batch, cfg)
+            rates[kind].append(args.steps * 16 * 128 / result.seconds)
+
+    print(f"{args.checkpoint} on {args.task} (1 thread, {args.repeats} repeats, median):")
+    print(f"  default fine-tuning job (study's benchmark files, n = {len(jobs)}): {job:.1f} s")
+    for name, s in (("linearization diagnostic (2 x 512 tokens)", gap_s), ("NTK, n = 64", ntk_s)):
+        m = statistics.median(s)
+        print(
+            f"  {name}: {m:.2f} s = {100 * m / job:.1f}% of a job (runs: {', '.join(f'{x:.2f}' for x in s)})"
+        )
+    full, lora = statistics.median(rates["full"]), statistics.median(rates["lora"])
+    print(f"  training tokens/s: full {full:,.0f}  LoRA {lora:,.0f}  (LoRA / full {lora / full:.2f})")
+    print(
+        "    full:",
+        ", ".join(f"{x:,.0f}" for x in rates["full"]),
+        "| LoRA:",
+        ", ".join(f"{x:,.0f}" for x in rates["lora"]),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,336 @@
+"""Figures of the linearization stage ("Linearization Explains Fine-Tuning in Large Language Models"
+across the pre-training sweep): Table 1's analogue, the linearization gap vs tokens, linearized vs
+real fine-tuning, the NTK per checkpoint against the fine-tuning outcome, Algorithm 2's layer
+ranking against the kernel-ridge risk, and WiSE-FT fronts. LoRA vs full fine-tuning at the tuned
+learning rate is `finetune_tuned` (one line per method). A panel whose rows the study did not
+compute says which setting computes them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from scipy.stats import spearmanr
+
+from pipeline.analysis.stats import finetuned
+from pipeline.analysis.style import format_tokens, save_figure, set_style
+from pipeline.analysis.sweep_figures import token_axis
+
+KEYS = ["checkpoint", "budget", "task", "modification", "learning_rate", "lambda_reg"]
+
+
+def with_extra(df: pd.DataFrame, *names: str) -> pd.DataFrame:
+    """`df` with columns parsed from its `extra` JSON (missing: NaN)."""
+    parsed = df["extra"].map(lambda e: json.loads(e) if isinstance(e, str) else {})
+    return df.assign(**{n: parsed.map(lambda d, n=n: d.get(n)) for n in names})
+
+
+def _missing(ax: plt.Axes, what: str) -> None:
+    ax.text(
+        0.5, 0.5, f"not computed in this study:\n{what}", ha="center", va="center", transform=ax.transAxes
+    )
+    ax.set_axis_off()
+
+
+def spearman_ci(
+    x: np.ndarray, y: np.ndarray, n_boot: int, seed: int, ci: float = 0.95
+) -> tuple[float, float, float]:
+    """Spearman ρ of (x, y) and its percentile bootstrap interval (pairs resampled with replacement)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if len(x) < 3:
+        return np.nan, np.nan, np.nan
+    rho = float(spearmanr(x, y).statistic)
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(n_boot):
+        i = rng.integers(0, len(x), len(x))
+        if len(set(x[i])) > 1 and len(set(y[i])) > 1:
+            draws.append(spearmanr(x[i], y[i]).statistic)
+    lo, hi = np.nanpercentile(draws, [50 * (1 - ci), 50 * (1 + ci)]) if draws else (np.nan, np.nan)
+    return rho, float(lo), float(hi)
+
+
+def _seed_mean(rows: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    return rows.groupby(by, dropna=False, as_index=False)["value"].mean()
+
+
+def plot_table1(
+    metrics: pd.DataFrame, tuned: pd.DataFrame, stem: str | Path, formats: Iterable[str]
+) -> list[Path]:
+    """Table 1's analogue at the tuned learning rate: ‖θ_ft − θ_pre‖, the linearization gap and KL on
+    the held-out pre-training windows, and the in-domain test ppl vs λ, per method and budget."""
+    set_style()
+    panels = [
+        ("weights", "distance_l2", "‖θ_ft − θ_pre‖₂"),
+        ("pretrain", "lin_gap", "linearization gap (pre-training data)"),
+        ("pretrain", "lin_kl", "KL(p_ft ‖ p_lin) (pre-training data)"),
+        (None, "ppl", "in-domain test ppl"),
+    ]
+    tasks = sorted(tuned["task"].dropna().unique()) if len(tuned) else []
+    fig, axes = plt.subplots(max(len(tasks), 1), 4, figsize=(20, 4.2 * max(len(tasks), 1)), squeeze=False)
+    for row, task in zip(axes, tasks or [None]):
+        t = tuned[tuned["task"] == task]
+        for ax, (eval_data, metric, label) in zip(row, panels):
+            data = eval_data or task
+            c = t[(t["eval_data"] == data) & (t["metric"] == metric)]
+            if eval_data is None:
+                c = c[c["split"] == "test"]
+            if c.empty:
+                _missing(ax, "finetune.linearization_tokens > 0" if metric.startswith("lin_") else label)
+                continue
+            for (method, budget), g in c.groupby(["modification", "budget"]):
+                g = g.sort_values("lambda_reg")
+                ax.plot(g["lambda_reg"], g["mean"], "o-", label=f"{method}, {format_tokens(budget)} tokens")
+            ax.set_xscale("symlog", linthresh=1e-2)
+            ax.set_yscale("log")  # a linearized run's ppl can be orders of magnitude above the others
+            ax.set_xlabel("proximal λ")
+            ax.set_ylabel(label)
+            ax.set_title(f"{task}: {label}")
+        row[0].legend(fontsize=7)
+    fig.suptitle(
+        "Table 1 across the sweep: distance, linearization gap, KL and in-domain ppl vs λ (tuned LR)"
+    )
+    return save_figure(fig, stem, formats)
+
+
+def plot_gap_tokens(metrics: pd.DataFrame, stem: str | Path, formats: Iterable[str]) -> list[Path]:
+    """The linearization gap along θ_ft − θ_pre vs pre-training tokens, one line per learning rate
+    (seed mean), per (task, method); the legend gives Spearman ρ of gap vs tokens per rate."""
+    set_style()
+    gap = finetuned(metrics)
+    gap = gap[(gap["metric"] == "lin_gap") & (gap["eval_data"] == "pretrain")]
+    keys = sorted(set(zip(gap["task"], gap["modification"]))) or [(None, None)]
+    fig, axes = plt.subplots(1, len(keys), figsize=(8 * len(keys), 4.4), squeeze=False, layout="constrained")
+    for ax, (task, method) in zip(axes[0], keys):
+        g = gap[(gap["task"] == task) & (gap["modification"] == method)]
+        if g.empty:
+            _missing(ax, "finetune.linearization_tokens > 0")
+            continue
+        mean = _seed_mean(g, ["learning_rate", "lambda_reg", "budget"])
+        for (lr, lam), c in mean.groupby(["learning_rate", "lambda_reg"]):
+            c = c.sort_values("budget")
+            rho = spearmanr(c["budget"], c["value"]).statistic if len(c) > 2 else np.nan
+            ax.plot(c["budget"], c["value"], "o-", label=f"lr {lr:g}, λ {lam:g} (ρ {rho:+.2f})")
+        token_axis(ax, ticks=mean["budget"])
+        ax.set_yscale("log")
+        ax.set_ylabel("linearization gap (pre-training windows)")
+        ax.set_title(f"{task} · {method}: ‖f_ft − f_pre − Jδ‖ / ‖f_ft − f_pre‖")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return save_figure(fig, stem, formats)
+
+
+def twins(ft: pd.DataFrame) -> dict[str, str]:
+    """Each linearized method's real twin: the method with the same params, proximal variant and
+    replay that trains the real model (the first by name)."""
+    settings = ft.drop_duplicates("modification").set_index("modification")
+    key = ["params", "proximal", "replay_fraction"]
+    out = {}
+    for method, row in settings[settings["linearized"].fillna(False).astype(bool)].iterrows():
+        same = settings[
+            ~settings["linearized"].fillna(False).astype(bool)
+            & (settings[key].astype(str) == row[key].astype(str)).all(axis=1)
+        ]
+        if len(same):
+            out[method] = sorted(same.index)[0]
+    return out
+
+
+def plot_linearized_vs_real(metrics: pd.DataFrame, stem: str | Path, formats: Iterable[str]) -> list[Path]:
+    """In-domain validation ppl and pre-training ppl vs learning rate, per task and budget: each
+    linearized method (the tangent model trained, dashed) beside its real twin (solid), a colour
+    per λ."""
+    set_style()
+    ft = with_extra(finetuned(metrics), "linearized", "params", "proximal", "replay_fraction")
+    ft = ft[ft["metric"] == "ppl"]
+    pairs = twins(ft)
+    keys = sorted(set(zip(ft["task"], ft["budget"]))) if pairs else [(None, None)]
+    fig, axes = plt.subplots(len(keys), 2, figsize=(13, 4.2 * len(keys)), squeeze=False, layout="constrained")
+    colors = dict(zip(sorted(ft["lambda_reg"].unique()), plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    for row, (task, budget) in zip(axes, keys):
+        if not pairs:
+            for ax in row:
+                _missing(
+                    ax, "a method with linearized: true beside its real twin (config/linearization.yaml)"
+                )
+            continue
+        t = ft[(ft["task"] == task) & (ft["budget"] == budget)]
+        for ax, (data, split, label) in zip(
+            row, ((task, "validation", "in-domain validation ppl"), ("pretrain", None, "pre-training ppl"))
+        ):
+            c = t[(t["eval_data"] == data) & ((t["split"] == split) if split else True)]
+            mean = c.groupby(["modification", "lambda_reg", "learning_rate"], as_index=False)["value"].mean()
+            for lin, real in pairs.items():
+                for method, style in ((real, "-"), (lin, "--")):
+                    for lam, g in mean[mean["modification"] == method].groupby("lambda_reg"):
+                        g = g.sort_values("learning_rate")
+                        ax.plot(
+                            g["learning_rate"],
+                            g["value"],
+                            style,
+                            marker="o",
+                            ms=4,
+                            color=colors[lam],
+                            label=f"{method}, λ {lam:g}",
+                        )
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("fine-tuning learning rate")
+            ax.set_ylabel(label)
+            ax.set_title(f"{task}, {format_tokens(budget)} tokens: {label}")
+        row[0].legend(fontsize=7, ncol=2)
+    fig.suptitle("Linearized (dashed) vs real (solid) fine-tuning")
+    return save_figure(fig, stem, formats)
+
+
+def ntk_outcomes(metrics: pd.DataFrame, tuned: pd.DataFrame) -> pd.DataFrame:
+    """Per (checkpoint, task, σ scale): κ(K + σI), λ_max, and the fine-tuning outcome at the tuned
+    learning rate of the first method at λ = 0 — Δ log pre-training ppl (forgetting) and the
+    in-domain test ppl."""
+    ntk = with_extra(metrics[metrics["metric"].isin(["ntk_kappa", "ntk_lambda_max"])], "sigma_scale")
+    kappa = ntk[ntk["metric"] == "ntk_kappa"][["checkpoint", "budget", "eval_data", "sigma_scale", "value"]]
+    kappa = kappa.rename(columns={"eval_data": "task", "value": "kappa"})
+    top = ntk[ntk["metric"] == "ntk_lambda_max"][["checkpoint", "eval_data", "value"]]
+    out = kappa.merge(
+        top.rename(columns={"eval_data": "task", "value": "lambda_max"}), on=["checkpoint", "task"]
+    )
+    if tuned.empty:
+        return out.assign(forgetting=np.nan, id_ppl=np.nan)
+    first = tuned[(tuned["lambda_reg"] == tuned["lambda_reg"].min())]
+    first = first[first["modification"] == sorted(first["modification"].unique())[0]]
+    pre = first[(first["eval_data"] == "pretrain") & (first["metric"] == "ppl")]
+    pre = pre.assign(forgetting=np.log(pre["mean"] / pre["base"]))[["checkpoint", "task", "forgetting"]]
+    ident = first[
+        (first["eval_data"] == first["task"]) & (first["split"] == "test") & (first["metric"] == "ppl")
+    ]
+    ident = ident.rename(columns={"mean": "id_ppl"})[["checkpoint", "task", "id_ppl"]]
+    return out.merge(pre, on=["checkpoint", "task"], how="left").merge(
+        ident, on=["checkpoint", "task"], how="left"
+    )
+
+
+def plot_ntk(
+    metrics: pd.DataFrame,
+    tuned: pd.DataFrame,
+    stem: str | Path,
+    formats: Iterable[str],
+    n_boot: int,
+    seed: int,
+) -> list[Path]:
+    """κ(K + σI) and λ_max vs tokens per task; κ and λ_max vs the forgetting after fine-tuning at
+    the tuned learning rate, with Spearman ρ over (checkpoint, task) and its bootstrap interval."""
+    set_style()
+    out = ntk_outcomes(metrics, tuned)
+    fig, axes = plt.subplots(1, 4, figsize=(24, 4.6), squeeze=False)
+    axes = axes[0]
+    if out.empty:
+        for ax in axes:
+            _missing(ax, "curvature.ntk_examples > 0")
+        return save_figure(fig, stem, formats)
+    for (task, scale), g in out.groupby(["task", "sigma_scale"]):
+        g = g.sort_values("budget")
+        axes[0].plot(g["budget"], g["kappa"], "o-", label=f"{task}, σ = {scale:g}·trK/n")
+    for task, g in out.drop_duplicates(["checkpoint", "task"]).groupby("task"):
+        g = g.sort_values("budget")
+        axes[1].plot(g["budget"], g["lambda_max"], "o-", label=task)
+    for ax, label in zip(axes[:2], ("κ(K + σI)", "λ_max(K)")):
+        token_axis(ax, ticks=out["budget"])
+        ax.set_yscale("log")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=7)
+    # ρ over (checkpoint, task) pairs: per σ scale for κ, once for λ_max
+    panels = (
+        (axes[2], "kappa", "κ(K + σI)", list(out.groupby("sigma_scale"))),
+        (axes[3], "lambda_max", "λ_max(K)", [(None, out.drop_duplicates(["checkpoint", "task"]))]),
+    )
+    for ax, column, label, groups in panels:
+        for scale, g in groups:
+            rho, lo, hi = spearman_ci(g[column], g["forgetting"], n_boot, seed)
+            where = "" if scale is None else f"σ = {scale:g}·trK/n: "
+            ax.scatter(g[column], g["forgetting"], label=f"{where}ρ = {rho:+.2f} [{lo:+.2f}, {hi:+.2f}]")
+        ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel("Δ log pre-training ppl at the tuned LR")
+        ax.set_title(f"{label} vs forgetting, over (checkpoint, task)")
+        ax.legend(fontsize=7)
+    fig.suptitle("The empirical NTK per checkpoint and the fine-tuning outcome")
+    return save_figure(fig, stem, formats)
+
+
+def plot_layer_selection(
+    metrics: pd.DataFrame, stem: str | Path, formats: Iterable[str], n_boot: int, seed: int
+) -> list[Path]:
+    """Algorithm 2's test on each checkpoint's kernels: log of the kernel-ridge risk ratio
+    R(base ∪ g) / R(base) vs log of the ranking ratio λ_max(K + S + σI) / λ_max(K + σI), one point
+    per (checkpoint, task, candidate group), per σ; Algorithm 2 picks the smallest ratio."""
+    set_style()
+    rows = with_extra(
+        metrics[metrics["metric"].isin(["ntk_group_ratio", "ntk_group_risk_ratio"])], "group", "sigma_scale"
+    )
+    fig, ax = plt.subplots(figsize=(7, 5.5))
+    if rows.empty:
+        _missing(ax, "curvature.ntk_examples > 0")
+        return save_figure(fig, stem, formats)
+    wide = rows.pivot_table(
+        index=["checkpoint", "eval_data", "group", "sigma_scale"], columns="metric", values="value"
+    ).reset_index()
+    for scale, g in wide.groupby("sigma_scale"):
+        rho, lo, hi = spearman_ci(g["ntk_group_ratio"], g["ntk_group_risk_ratio"], n_boot, seed)
+        ax.scatter(
+            np.log(g["ntk_group_ratio"]),
+            np.log(g["ntk_group_risk_ratio"]),
+            s=18,
+            label=f"σ = {scale:g}·trK/n: ρ = {rho:+.2f} [{lo:+.2f}, {hi:+.2f}]",
+        )
+    ax.set_xlabel("log ranking ratio λ_max(K + S + σI) / λ_max(K + σI)")
+    ax.set_ylabel("log kernel-ridge risk ratio R(base ∪ g) / R(base)")
+    ax.set_title("Algorithm 2: does a smaller ratio mean a smaller risk? (ρ > 0: yes)")
+    ax.legend(fontsize=7)
+    return save_figure(fig, stem, formats)
+
+
+def plot_wise_ft(
+    metrics: pd.DataFrame, tuned: pd.DataFrame, stem: str | Path, formats: Iterable[str]
+) -> list[Path]:
+    """WiSE-FT fronts: in-domain validation ppl vs pre-training ppl along α (θ_pre + α(θ_ft − θ_pre))
+    at each (checkpoint, method)'s tuned learning rate, one line per budget (α = 0 ■, α = 1 ●)."""
+    set_style()
+    wise = with_extra(finetuned(metrics)[lambda d: d["metric"] == "wise_ppl"], "wise_alpha")
+    keys = sorted(set(zip(wise["task"], wise["modification"]))) or [(None, None)]
+    fig, axes = plt.subplots(1, len(keys), figsize=(6.5 * len(keys), 5), squeeze=False)
+    for ax, (task, method) in zip(axes[0], keys):
+        w = wise[(wise["task"] == task) & (wise["modification"] == method)]
+        chosen = tuned[(tuned["task"] == task) & (tuned["modification"] == method)][
+            ["checkpoint", "lambda_reg", "learning_rate"]
+        ].drop_duplicates()
+        w = w.merge(chosen, on=["checkpoint", "lambda_reg", "learning_rate"])
+        if w.empty:
+            _missing(ax, "finetune.wise_ft_alphas")
+            continue
+        pre = w[w["eval_data"] == "pretrain"].groupby(["budget", "lambda_reg", "wise_alpha"])["value"].mean()
+        ident = (
+            w[(w["eval_data"] == task) & (w["split"] == "validation")]
+            .groupby(["budget", "lambda_reg", "wise_alpha"])["value"]
+            .mean()
+        )
+        front = pd.concat({"pre": pre, "id": ident}, axis=1).dropna().reset_index()
+        for (budget, lam), g in front.groupby(["budget", "lambda_reg"]):
+            g = g.sort_values("wise_alpha")
+            (line,) = ax.plot(
+                g["pre"], g["id"], "-", marker=".", label=f"{format_tokens(budget)} tokens, λ {lam:g}"
+            )
+            ax.plot(g["pre"].iloc[0], g["id"].iloc[0], "s", color=line.get_color())
+            ax.plot(g["pre"].iloc[-1], g["id"].iloc[-1], "o", color=line.get_color())
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("pre-training ppl")
+        ax.set_ylabel("in-domain validation ppl")
+        ax.set_title(f"{task} · {method}: WiSE-FT along α")
+        ax.legend(fontsize=7)
+    return save_figure(fig, stem, formats)

@@ -1,0 +1,165 @@
+"""What fine-tuning trains (`finetune.methods.<name>.params`): every parameter, the output layer
+only, the parameters of named module groups, or LoRA adapters through `peft` (Hu et al., 2022).
+
+After `select`, exactly the trained parameters have `requires_grad` (the optimizer, the proximal
+term and the curvature line read that flag). A LoRA model is merged back into a plain model
+(`merge`) before every evaluation that follows training and before ‖θ_ft − θ_pre‖: its adapted
+weights then carry `requires_grad`, so everything downstream sees what fine-tuning changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import logging
+import sys
+from dataclasses import dataclass
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """`params: {lora: {...}}`: rank r, scale alpha / r, the adapted modules (peft's matching: a
+    module name's last component, e.g. q_proj), dropout on the adapter's input."""
+
+    rank: int = 8
+    alpha: float = 16.0
+    target_modules: tuple[str, ...] = ("q_proj", "v_proj")
+    dropout: float = 0.0
+
+
+def lora_settings(params: str | dict) -> LoraSettings | None:
+    """The LoRA settings of a `params` value (None: not LoRA)."""
+    if not isinstance(params, dict) or "lora" not in params:
+        return None
+    s = dict(params["lora"] or {})
+    if "target_modules" in s:
+        s["target_modules"] = tuple(s["target_modules"])
+    return LoraSettings(**s)
+
+
+def describe(params: str | dict) -> str:
+    """`params` for a log line."""
+    lora = lora_settings(params)
+    if lora is not None:
+        return f"LoRA r={lora.rank}, alpha={lora.alpha:g} on {list(lora.target_modules)}"
+    return params if isinstance(params, str) else f"modules {params['modules']}"
+
+
+def _module_names(model: torch.nn.Module) -> list[str]:
+    """The distinct last components of the model's module names (what LoRA targets match)."""
+    last = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules() if n}
+    return sorted(name for name in last if not name.isdigit())
+
+
+def check_lora_targets(model: torch.nn.Module, lora: LoraSettings) -> None:
+    """Every target names Linear modules, and the rank fits each adapted weight's dimensions."""
+    for target in lora.target_modules:
+        found = [(n, m) for n, m in model.named_modules() if n.rsplit(".", 1)[-1] == target]
+        if not found:
+            raise ValueError(
+                f"finetune.methods.*.params.lora.target_modules: {target!r} matches no module; the "
+                f"model's module names are {_module_names(model)}"
+            )
+        for name, module in found:
+            if not isinstance(module, torch.nn.Linear):
+                raise ValueError(
+                    f"finetune.methods.*.params.lora.target_modules: {name} is a {type(module).__name__}, "
+                    "not a Linear layer"
+                )
+            if lora.rank > min(module.in_features, module.out_features):
+                raise ValueError(
+                    f"finetune.methods.*.params.lora.rank: {lora.rank} is larger than {name}'s dimensions "
+                    f"({module.in_features} -> {module.out_features})"
+                )
+
+
+def lora_parameter_count(model: torch.nn.Module, lora: LoraSettings) -> int:
+    """Σ r (d_in + d_out) over the adapted Linear layers: A is r x d_in, B is d_out x r."""
+    return sum(
+        lora.rank * (m.in_features + m.out_features)
+        for n, m in model.named_modules()
+        if n.rsplit(".", 1)[-1] in lora.target_modules and isinstance(m, torch.nn.Linear)
+    )
+
+
+def select(model: torch.nn.Module, params: str | dict) -> torch.nn.Module:
+    """The model to train, only the parameters `params` names trainable: the model itself, or a
+    peft model around it for LoRA (adapters B initialised to zero: the same function at step 0)."""
+    lora = lora_settings(params)
+    if lora is not None:
+        return _wrap_lora(model, lora)
+    if params == "all":
+        return model
+    names = _selected_names(model, params)
+    for n, p in model.named_parameters():
+        p.requires_grad_(n in names)
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    log.info(
+        "training %s: %d of %d parameters",
+        describe(params),
+        trained,
+        sum(p.numel() for p in model.parameters()),
+    )
+    return model
+
+
+def _selected_names(model: torch.nn.Module, params: str | dict) -> set[str]:
+    named = dict(model.named_parameters())
+    if params == "output":
+        head = model.get_output_embeddings()
+        if head is None:
+            raise ValueError(
+                f"finetune.methods.*.params: output - {type(model).__name__} has no output layer"
+            )
+        ids = {id(p) for p in head.parameters()}
+        return {n for n, p in named.items() if id(p) in ids}
+    chosen: set[str] = set()
+    for pattern in params["modules"]:
+        hits = {n for n in named if fnmatch.fnmatchcase(n, pattern)}
+        if not hits:
+            raise ValueError(
+                f"finetune.methods.*.params.modules: {pattern!r} matches no parameter; the names look "
+                f"like {sorted(named)[:6]} (fnmatch patterns, e.g. '*.mlp.*')"
+            )
+        chosen |= hits
+    return chosen
+
+
+def _wrap_lora(model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:
+    from peft import LoraConfig, get_peft_model
+
+    check_lora_targets(model, lora)
+    config = LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        target_modules=list(lora.target_modules),
+        lora_dropout=lora.dropout,
+        bias="none",
+    )
+    wrapped = get_peft_model(model, config)
+    trained = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+    log.info("training %s: %d adapter parameters", describe({"lora": dataclasses.asdict(lora)}), trained)
+    return wrapped
+
+
+def is_lora(model: torch.nn.Module) -> bool:
+    """A peft model; without importing peft (seconds per job) when no job module has."""
+    peft = sys.modules.get("peft")
+    return peft is not None and isinstance(model, peft.PeftModel)
+
+
+def merge(model: torch.nn.Module) -> torch.nn.Module:
+    """A plain model with the fine-tuned weights: LoRA adapters merged (W + (alpha / r) B A), the
+    adapted weights marked trainable; any other model as it is."""
+    if not is_lora(model):
+        return model
+    targets = set(model.peft_config["default"].target_modules)
+    merged = model.merge_and_unload()
+    adapted = {f"{n}.weight" for n, m in merged.named_modules() if n.rsplit(".", 1)[-1] in targets}
+    for n, p in merged.named_parameters():
+        p.requires_grad_(n in adapted)
+    return merged
