@@ -214,6 +214,16 @@ class FinetuneConfig:
             raise ValueError(f"finetune.warmup_steps must be >= 0 or null, got {self.warmup_steps}")
         _check_precision("finetune", self.precision)
 
+    def whole_model_keys(self) -> list[str]:
+        """The settings on that need the whole model in one process (not a sharded job), by key."""
+        on = {
+            "finetune.methods.*.params (LoRA)": isinstance(self.params, dict) and "lora" in self.params,
+            "finetune.wise_ft_alphas": bool(self.wise_ft_alphas),
+            "finetune.linearization_tokens": bool(self.linearization_tokens),
+            "finetune.methods.*.linearized": self.linearized,
+        }
+        return [key for key, needed in on.items() if needed]
+
     def warmup_fraction_of(self, total_steps: int) -> float:
         """The warmup as a fraction of a run of `total_steps` (warmup_steps, when set, wins)."""
         return warmup_fraction_of(self.warmup_fraction, self.warmup_steps, total_steps)

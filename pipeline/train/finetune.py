@@ -53,7 +53,7 @@ from pipeline.train.loop import TrainResult, train
 from pipeline.train.memory import plan_run
 from pipeline.train.placement import WHOLE, Whole
 from pipeline.train.proximal import ProximalStep, proximal_term
-from pipeline.train.trained_params import describe, lora_settings, merge, select
+from pipeline.train.trained_params import describe, merge, select
 from pipeline.train.wise_ft import wise_ft
 
 if TYPE_CHECKING:
@@ -242,18 +242,9 @@ def set_up(job: FinetuneJob, placement: Whole) -> Run:
         job.cfg, precision=resolve_precision(job.cfg.precision, device)
     )  # recorded resolved
     check_same(cfg, placement.ranks, "the fine-tuning config")
-    if not placement.holds_whole_model:
-        whole_only = {
-            "finetune.methods.*.params (LoRA)": lora_settings(cfg.params) is not None,
-            "finetune.wise_ft_alphas": bool(cfg.wise_ft_alphas),
-            "finetune.linearization_tokens": bool(cfg.linearization_tokens),
-            "finetune.methods.*.linearized": cfg.linearized,
-        }
-        if any(whole_only.values()):
-            keys = [k for k, on in whole_only.items() if on]
-            raise ValueError(
-                f"{', '.join(keys)}: needs the whole model in one process; set finetune.ranks to 1"
-            )
+    if not placement.holds_whole_model and cfg.whole_model_keys():
+        keys = ", ".join(cfg.whole_model_keys())
+        raise ValueError(f"{keys}: needs the whole model in one process; set finetune.ranks to 1")
     model, tokenizer = placement.load(job.spec, job.path, device, cfg.precision, cfg.activation_checkpointing)
     reference_device = device if job.lambda_reg > 0 or cfg.linearized else "cpu"
     reference = {

@@ -465,13 +465,7 @@ def check_method(config: dict, method: str) -> None:
 def check_whole_model(config: dict, method: str) -> None:
     """With finetune.ranks > 1: what needs the whole model in one process is off for `method`."""
     cfg = FinetuneConfig(**hyperparameters(FinetuneConfig, method_section(config, method)))
-    whole = {
-        f"finetune.methods.{method}.params (LoRA)": isinstance(cfg.params, dict) and "lora" in cfg.params,
-        "finetune.wise_ft_alphas": bool(cfg.wise_ft_alphas),
-        "finetune.linearization_tokens": bool(cfg.linearization_tokens),
-        f"finetune.methods.{method}.linearized": cfg.linearized,
-    }
-    named = [k for k, on in whole.items() if on]
+    named = [key.replace("methods.*", f"methods.{method}") for key in cfg.whole_model_keys()]
     if named:
         raise ConfigError(
             f"invalid config: {', '.join(named)}: runs in one process only for now; finetune.ranks is "
