@@ -9,7 +9,10 @@ For one pre-trained checkpoint of a study and one of its task tables it times:
   n = 64 examples, every parameter);
 - a default fine-tuning job's wall time, from the study's own benchmark files (median);
 - training throughput (tokens/s) of full fine-tuning and of LoRA (r = 4, alpha 8, q/k/v/o) on the
-  same batches, alternated `--repeats` times.
+  same batches, alternated `--repeats` times;
+- a linearized training step (pipeline/train/linearized.py: one jvp without a graph, then one
+  ordinary backward at θ_pre) against backpropagating through the jvp (the first implementation,
+  rebuilt here as `through_jvp`), alternated on the same batches, with their gradients compared.
 
 usage: python bench/bench_linearization.py results/default tiny-8000000 code [--repeats 3]
 """
@@ -20,6 +23,7 @@ import argparse
 import statistics
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -30,12 +34,61 @@ from pipeline.data.encode import lm_sampler, read_task, split_of_task
 from pipeline.data.heldout import heldout_eval_set, lm_eval_set
 from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.models.loading import load_checkpoint
+from pipeline.models.trained_params import select
 from pipeline.sweeps.search_rounds import benchmark_seconds
 from pipeline.train.config import TrainConfig
+from pipeline.train.linearized import linearize
 from pipeline.train.loop import train
-from pipeline.train.trained_params import select
 
 LORA = {"lora": {"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}}
+
+
+def through_jvp(model: torch.nn.Module, pre: dict[str, torch.Tensor]) -> None:
+    """The tangent model by backpropagating through a jvp differentiable in θ (the contender)."""
+    names = list(pre)
+    real_forward = model.forward
+    inside = {"on": False}
+    model.set_attn_implementation("eager")
+
+    def forward(*args, **kwargs):
+        if inside["on"]:
+            return real_forward(*args, **kwargs)
+        kwargs = {k: v for k, v in kwargs.items() if k in ("input_ids", "attention_mask")}
+        named = dict(model.named_parameters())
+        delta = {n: named[n] - pre[n] for n in names}
+        inside["on"] = True
+        try:
+            f0, jd = torch.func.jvp(
+                lambda p: torch.func.functional_call(model, p, args, kwargs).logits, (dict(pre),), (delta,)
+            )
+        finally:
+            inside["on"] = False
+        return SimpleNamespace(logits=f0.detach() + jd)
+
+    model.forward = forward
+
+
+def linearized_steps(spec, path, sampler, steps: int, repeats: int) -> dict[str, list[float]]:
+    """Seconds per linearized training step of each implementation, alternated; and the relative
+    difference of their gradients on one batch after both trained the same steps (the same math:
+    rounding only)."""
+    implementations = {"jvp + backward": linearize, "through the jvp": through_jvp}
+    cfg = TrainConfig(steps=steps, lr=1e-3, weight_decay=0.0, log_every=10**6, checkpoint_every=10**6)
+    out: dict[str, list[float]] = {k: [] for k in implementations}
+    grads = {}
+    for _ in range(repeats):
+        for name, make in implementations.items():
+            model, *_ = load_checkpoint(spec, path, "cpu", dtype=torch.float32)
+            make(model, {n: p.detach().clone() for n, p in model.named_parameters()})
+            out[name].append(train(model, sampler.batch, cfg).seconds / steps)
+            batch = sampler.batch(0)
+            model.zero_grad()
+            logits = model(input_ids=batch["input_ids"]).logits
+            torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten()).backward()
+            grads[name] = torch.cat([p.grad.flatten() for p in model.parameters()])
+    a, b = grads.values()
+    out["gradient difference"] = [float((a - b).norm() / b.norm())]
+    return out
 
 
 def main() -> None:
@@ -90,6 +143,8 @@ def main() -> None:
             result = train(trained, sampler.batch, cfg)
             rates[kind].append(args.steps * 16 * 128 / result.seconds)
 
+    steps = linearized_steps(spec, path, sampler, max(5, args.steps // 3), args.repeats)
+
     print(f"{args.checkpoint} on {args.task} (1 thread, {args.repeats} repeats, median):")
     print(f"  default fine-tuning job (study's benchmark files, n = {len(jobs)}): {job:.1f} s")
     for name, s in (("linearization diagnostic (2 x 512 tokens)", gap_s), ("NTK, n = 64", ntk_s)):
@@ -104,6 +159,11 @@ def main() -> None:
         ", ".join(f"{x:,.0f}" for x in rates["full"]),
         "| LoRA:",
         ", ".join(f"{x:,.0f}" for x in rates["lora"]),
+    )
+    new, old = statistics.median(steps["jvp + backward"]), statistics.median(steps["through the jvp"])
+    print(
+        f"  linearized training step: jvp + backward {new:.3f} s, through the jvp {old:.3f} s "
+        f"({old / new:.2f}x); gradients differ by {steps['gradient difference'][0]:.1e} (relative)"
     )
 
 

@@ -121,14 +121,17 @@ def ntk(metrics: pd.DataFrame, tuned: pd.DataFrame, n_boot: int) -> str:
     if out.empty:
         return "(no NTK rows)"
     rows = []
-    for scale, g in out.groupby("sigma_scale"):
+    for (kernel, scale), g in out.groupby(["kernel", "sigma_scale"]):
         rho, lo, hi = spearman_ci(g["kappa"], g["forgetting"], n_boot, 0)
-        rows.append([f"κ(K + σI), σ = {scale:g}·trK/n", f"{rho:+.2f} [{lo:+.2f}, {hi:+.2f}]", len(g)])
-    g = out.drop_duplicates(["checkpoint", "task"])
-    rho, lo, hi = spearman_ci(g["lambda_max"], g["forgetting"], n_boot, 0)
-    rows.append(["λ_max(K)", f"{rho:+.2f} [{lo:+.2f}, {hi:+.2f}]", len(g)])
-    per = out.drop_duplicates(["checkpoint", "task"]).sort_values(["task", "budget"])
-    lines = [f"{t}: λ_max " + " / ".join(f"{v:.3g}" for v in h["lambda_max"]) for t, h in per.groupby("task")]
+        rows.append([kernel, f"κ(K + σI), σ = {scale:g}·trK/n", f"{rho:+.2f} [{lo:+.2f}, {hi:+.2f}]", len(g)])
+    for kernel, g in out.drop_duplicates(["checkpoint", "task", "kernel"]).groupby("kernel"):
+        rho, lo, hi = spearman_ci(g["lambda_max"], g["forgetting"], n_boot, 0)
+        rows.append([kernel, "λ_max(K)", f"{rho:+.2f} [{lo:+.2f}, {hi:+.2f}]", len(g)])
+    per = out.drop_duplicates(["checkpoint", "task", "kernel"]).sort_values(["task", "budget"])
+    lines = [
+        f"{t} ({k}): λ_max " + " / ".join(f"{v:.3g}" for v in h["lambda_max"])
+        for (k, t), h in per.groupby(["kernel", "task"])
+    ]
     groups = with_extra(
         metrics[metrics["metric"].isin(["ntk_group_ratio", "ntk_group_risk_ratio"])], "group", "sigma_scale"
     )
@@ -143,7 +146,15 @@ def ntk(metrics: pd.DataFrame, tuned: pd.DataFrame, n_boot: int) -> str:
         agree = int((pick["group"].to_numpy() == best["group"].to_numpy()).sum())
         alg.append([f"{scale:g}", f"{rho:+.2f} [{lo:+.2f}, {hi:+.2f}]", f"{agree} / {len(pick)}"])
     return (
-        table(rows, ["statistic vs Δ log pre-training ppl at the tuned LR", "Spearman ρ [95% CI]", "points"])
+        table(
+            rows,
+            [
+                "kernel",
+                "statistic vs Δ log pre-training ppl at the tuned LR",
+                "Spearman ρ [95% CI]",
+                "points",
+            ],
+        )
         + "\n\n"
         + "; ".join(lines)
         + "\n\n"

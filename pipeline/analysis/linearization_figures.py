@@ -190,29 +190,35 @@ def plot_linearized_vs_real(metrics: pd.DataFrame, stem: str | Path, formats: It
 
 
 def ntk_outcomes(metrics: pd.DataFrame, tuned: pd.DataFrame) -> pd.DataFrame:
-    """Per (checkpoint, task, σ scale): κ(K + σI), λ_max, and the fine-tuning outcome at the tuned
-    learning rate of the first method at λ = 0 — Δ log pre-training ppl (forgetting) and the
-    in-domain test ppl."""
+    """Per (checkpoint, task, kernel, σ scale): κ(K + σI), λ_max, and the fine-tuning outcome at the
+    tuned learning rate at the smallest λ — Δ log pre-training ppl (forgetting) and the in-domain
+    test ppl. `kernel` is the NTK rows' modification: `none`, every parameter, paired with the first
+    method; a method's name, the kernel of what it trains, paired with that method."""
     ntk = with_extra(metrics[metrics["metric"].isin(["ntk_kappa", "ntk_lambda_max"])], "sigma_scale")
-    kappa = ntk[ntk["metric"] == "ntk_kappa"][["checkpoint", "budget", "eval_data", "sigma_scale", "value"]]
-    kappa = kappa.rename(columns={"eval_data": "task", "value": "kappa"})
-    top = ntk[ntk["metric"] == "ntk_lambda_max"][["checkpoint", "eval_data", "value"]]
-    out = kappa.merge(
-        top.rename(columns={"eval_data": "task", "value": "lambda_max"}), on=["checkpoint", "task"]
-    )
+    ntk = ntk.rename(columns={"eval_data": "task", "modification": "kernel"})
+    kappa = ntk[ntk["metric"] == "ntk_kappa"][
+        ["checkpoint", "budget", "task", "kernel", "sigma_scale", "value"]
+    ]
+    top = ntk[ntk["metric"] == "ntk_lambda_max"][["checkpoint", "task", "kernel", "value"]]
+    keys = ["checkpoint", "task", "kernel"]
+    out = kappa.rename(columns={"value": "kappa"}).merge(top.rename(columns={"value": "lambda_max"}), on=keys)
     if tuned.empty:
         return out.assign(forgetting=np.nan, id_ppl=np.nan)
-    first = tuned[(tuned["lambda_reg"] == tuned["lambda_reg"].min())]
-    first = first[first["modification"] == sorted(first["modification"].unique())[0]]
-    pre = first[(first["eval_data"] == "pretrain") & (first["metric"] == "ppl")]
-    pre = pre.assign(forgetting=np.log(pre["mean"] / pre["base"]))[["checkpoint", "task", "forgetting"]]
-    ident = first[
-        (first["eval_data"] == first["task"]) & (first["split"] == "test") & (first["metric"] == "ppl")
-    ]
-    ident = ident.rename(columns={"mean": "id_ppl"})[["checkpoint", "task", "id_ppl"]]
-    return out.merge(pre, on=["checkpoint", "task"], how="left").merge(
-        ident, on=["checkpoint", "task"], how="left"
+    least = tuned[tuned["lambda_reg"] == tuned["lambda_reg"].min()]
+    first = sorted(least["modification"].unique())[0]
+    paired = pd.concat(
+        [
+            least[least["modification"] == first].assign(kernel="none"),
+            least.assign(kernel=least["modification"]),
+        ]
     )
+    pre = paired[(paired["eval_data"] == "pretrain") & (paired["metric"] == "ppl")]
+    pre = pre.assign(forgetting=np.log(pre["mean"] / pre["base"]))[[*keys, "forgetting"]]
+    ident = paired[
+        (paired["eval_data"] == paired["task"]) & (paired["split"] == "test") & (paired["metric"] == "ppl")
+    ]
+    ident = ident.rename(columns={"mean": "id_ppl"})[[*keys, "id_ppl"]]
+    return out.merge(pre, on=keys, how="left").merge(ident, on=keys, how="left")
 
 
 def plot_ntk(
@@ -224,7 +230,8 @@ def plot_ntk(
     seed: int,
 ) -> list[Path]:
     """κ(K + σI) and λ_max vs tokens per task; κ and λ_max vs the forgetting after fine-tuning at
-    the tuned learning rate, with Spearman ρ over (checkpoint, task) and its bootstrap interval."""
+    the tuned learning rate, with Spearman ρ over (checkpoint, task) and its bootstrap interval;
+    one series per kernel (every parameter, or what a method trains) when there are several."""
     set_style()
     out = ntk_outcomes(metrics, tuned)
     fig, axes = plt.subplots(1, 4, figsize=(24, 4.6), squeeze=False)
@@ -233,27 +240,46 @@ def plot_ntk(
         for ax in axes:
             _missing(ax, "curvature.ntk_examples > 0")
         return save_figure(fig, stem, formats)
-    for (task, scale), g in out.groupby(["task", "sigma_scale"]):
+    several = out["kernel"].nunique() > 1
+
+    def named(kernel: str, text: str) -> str:
+        return f"{'all parameters' if kernel == 'none' else kernel}: {text}" if several else text
+
+    for (kernel, task, scale), g in out.groupby(["kernel", "task", "sigma_scale"]):
         g = g.sort_values("budget")
-        axes[0].plot(g["budget"], g["kappa"], "o-", label=f"{task}, σ = {scale:g}·trK/n")
-    for task, g in out.drop_duplicates(["checkpoint", "task"]).groupby("task"):
+        axes[0].plot(g["budget"], g["kappa"], "o-", label=named(kernel, f"{task}, σ = {scale:g}·trK/n"))
+    for (kernel, task), g in out.drop_duplicates(["checkpoint", "task", "kernel"]).groupby(
+        ["kernel", "task"]
+    ):
         g = g.sort_values("budget")
-        axes[1].plot(g["budget"], g["lambda_max"], "o-", label=task)
+        axes[1].plot(g["budget"], g["lambda_max"], "o-", label=named(kernel, task))
     for ax, label in zip(axes[:2], ("κ(K + σI)", "λ_max(K)")):
         token_axis(ax, ticks=out["budget"])
         ax.set_yscale("log")
         ax.set_ylabel(label)
         ax.legend(fontsize=7)
-    # ρ over (checkpoint, task) pairs: per σ scale for κ, once for λ_max
+    # ρ over (checkpoint, task) pairs: per kernel and σ scale for κ, per kernel for λ_max
     panels = (
-        (axes[2], "kappa", "κ(K + σI)", list(out.groupby("sigma_scale"))),
-        (axes[3], "lambda_max", "λ_max(K)", [(None, out.drop_duplicates(["checkpoint", "task"]))]),
+        (axes[2], "kappa", "κ(K + σI)", list(out.groupby(["kernel", "sigma_scale"]))),
+        (
+            axes[3],
+            "lambda_max",
+            "λ_max(K)",
+            [
+                ((k, None), g)
+                for k, g in out.drop_duplicates(["checkpoint", "task", "kernel"]).groupby("kernel")
+            ],
+        ),
     )
     for ax, column, label, groups in panels:
-        for scale, g in groups:
+        for (kernel, scale), g in groups:
             rho, lo, hi = spearman_ci(g[column], g["forgetting"], n_boot, seed)
             where = "" if scale is None else f"σ = {scale:g}·trK/n: "
-            ax.scatter(g[column], g["forgetting"], label=f"{where}ρ = {rho:+.2f} [{lo:+.2f}, {hi:+.2f}]")
+            ax.scatter(
+                g[column],
+                g["forgetting"],
+                label=named(kernel, f"{where}ρ = {rho:+.2f} [{lo:+.2f}, {hi:+.2f}]"),
+            )
         ax.set_xscale("log")
         ax.set_xlabel(label)
         ax.set_ylabel("Δ log pre-training ppl at the tuned LR")

@@ -113,39 +113,34 @@ def group_kernels(
     """({group: S_g = G_g G_gᵀ} in float64, s): the kernel of each parameter group (K = Σ_g S_g).
 
     Groups are packed into blocks whose per-example gradients (n rows) fit in `block_bytes`; each
-    block costs one backward per example, through that block's parameters only (a group larger than
-    the budget is a block of its own). scalar(params, i) gets every group's tensors."""
+    block costs one backward per example, through that block's parameters only. A group larger
+    than the budget is cut into column slices of its flattened gradient, a block each, and its
+    kernel summed over them: exact, at one more backward per example per slice (the memory is one
+    slice's n rows and one example's gradient). scalar(params, i) gets every group's tensors."""
     everything = {k: v.detach() for group in groups.values() for k, v in group.items()}
-    blocks: list[list[str]] = [[]]
-    used = 0.0
-    for name, group in groups.items():
-        size = n * sum(v.numel() * v.element_size() for v in group.values())
-        if blocks[-1] and used + size > block_bytes:
-            blocks.append([])
-            used = 0.0
-        blocks[-1].append(name)
-        used += size
+    blocks = _blocks(
+        {g: sum(v.numel() for v in group.values()) for g, group in groups.items()}, groups, n, block_bytes
+    )
     kernels: dict[str, torch.Tensor] = {}
     values: list[float] = []
     t0, done, total = time.perf_counter(), 0, n * len(blocks)
     for b, block in enumerate(blocks):
-        leaves = {k: v.detach().requires_grad_(True) for g in block for k, v in groups[g].items()}
-        rows: dict[str, list[torch.Tensor]] = {g: [] for g in block}
+        leaves = {k: v.detach().requires_grad_(True) for g, _, _ in block for k, v in groups[g].items()}
+        rows: dict[int, list[torch.Tensor]] = {j: [] for j in range(len(block))}
         for i in range(n):
             s = scalar({**everything, **leaves}, i)
             grads = dict(
                 zip(leaves, torch.autograd.grad(s, list(leaves.values()), allow_unused=True), strict=True)
             )
-            for g in block:
-                rows[g].append(
-                    torch.cat(
-                        [
-                            (torch.zeros_like(v) if grads[k] is None else grads[k]).reshape(-1)
-                            for k, v in groups[g].items()
-                        ]
-                    )
+            for j, (g, lo, hi) in enumerate(block):
+                flat = torch.cat(
+                    [
+                        (torch.zeros_like(v) if grads[k] is None else grads[k]).reshape(-1)
+                        for k, v in groups[g].items()
+                    ]
                 )
-            if block is blocks[0]:
+                rows[j].append(flat[lo:hi].clone())
+            if b == 0:
                 values.append(float(s.detach()))
             done += 1
             if done % max(1, total // 8) == 0 or done == total:
@@ -159,11 +154,36 @@ def group_kernels(
                     rate,
                     (total - done) / rate,
                 )
-        for g in block:
-            grad = torch.stack(rows[g]).double()
-            kernels[g] = grad @ grad.T
-            del rows[g]
+        for j, (g, _, _) in enumerate(block):
+            grad = torch.stack(rows.pop(j)).double()
+            kernels[g] = kernels[g] + grad @ grad.T if g in kernels else grad @ grad.T
     return kernels, torch.tensor(values, dtype=torch.float64)
+
+
+def _blocks(
+    sizes: Mapping[str, int], groups: Mapping[str, Params], n: int, block_bytes: float
+) -> list[list[tuple[str, int, int]]]:
+    """Blocks of (group, first, end) column ranges of each group's flattened gradient: whole groups
+    packed while their n rows fit `block_bytes`, a larger group cut into slices that fit alone."""
+    blocks: list[list[tuple[str, int, int]]] = [[]]
+    used = 0.0
+    for g, size in sizes.items():
+        width = max(v.element_size() for v in groups[g].values())
+        if n * size * width > block_bytes:  # slices of its own
+            step = max(1, int(block_bytes // (n * width)))
+            if blocks[-1]:
+                blocks.append([])
+            for lo in range(0, size, step):
+                blocks[-1].append((g, lo, min(size, lo + step)))
+                blocks.append([])
+            used = 0.0
+            continue
+        if blocks[-1] and used + n * size * width > block_bytes:
+            blocks.append([])
+            used = 0.0
+        blocks[-1].append((g, 0, size))
+        used += n * size * width
+    return [b for b in blocks if b]
 
 
 def kernel_stats(kernel: torch.Tensor, sigma_scales: Sequence[float]) -> dict[str, float]:

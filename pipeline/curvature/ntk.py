@@ -37,6 +37,7 @@ from pipeline.data.encode import encode_classification, read_task, split_of_task
 from pipeline.data.heldout import build_eval_set
 from pipeline.data.tokenizer import encode_documents
 from pipeline.models.loading import dtype_name, load_checkpoint
+from pipeline.models.trained_params import selected
 from pipeline.tables import metric_row
 
 if TYPE_CHECKING:
@@ -93,9 +94,13 @@ def ntk_rows(
     cfg: CurvatureConfig,
     study: str,
     device: str = "cpu",
+    methods: Mapping[str, str | dict] | None = None,
+    seed: int = 0,
 ) -> list[dict]:
     """The NTK rows of one checkpoint on each task (`tasks`: name -> task table), the checkpoint
-    loaded once (module docstring)."""
+    loaded once (module docstring); with `methods` (fine-tuning method -> what it trains, for the
+    methods that do not train every parameter), also the kernel of what each method trains
+    (`method_kernel_rows`; LoRA adapters drawn with `seed`)."""
     model, tokenizer, _, _ = load_checkpoint(spec, path, device, dtype=torch.float32)
     model.eval()
     ctx = model.config.max_position_embeddings
@@ -104,23 +109,28 @@ def ntk_rows(
         examples = task_examples(
             read_task(task_name, task_path), tokenizer, min(max_len or ctx, ctx), cfg.ntk_examples
         )
-        rows += _task_rows(model, examples, spec.row_fields(study), task_name, cfg, spec.name, device)
+        common = dict(**spec.row_fields(study), eval_data=task_name, split="train")
+        rows += _task_rows(model, examples, common, cfg, f"{spec.name} on {task_name}", device)
+        for method, params in (methods or {}).items():
+            with selected(model, params, seed) as trained:
+                rows += method_kernel_rows(
+                    trained, examples, common, cfg, f"{spec.name} on {task_name}, {method}", device, method
+                )
     return rows
 
 
-def _task_rows(
+def _kernels(
     model: torch.nn.Module,
     examples: list[tuple[torch.Tensor, torch.Tensor]],
-    fields: dict,
-    task_name: str,
     cfg: CurvatureConfig,
-    name: str,
     device: str,
-) -> list[dict]:
-    """The NTK rows of `model` on one task's examples."""
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """({group: S_g}, s): the kernel of each group of `model`'s trained parameters (requires_grad)
+    on the examples' mean log-likelihoods s, in blocks of `curvature.ntk_block_gib`."""
     groups: dict[str, dict[str, torch.Tensor]] = {}
     for param_name, p in model.named_parameters():
-        groups.setdefault(parameter_group(param_name), {})[param_name] = p.detach()
+        if p.requires_grad:
+            groups.setdefault(parameter_group(param_name), {})[param_name] = p.detach()
 
     def scalar(params, i: int) -> torch.Tensor:
         x, y = (t.to(device) for t in examples[i])
@@ -129,32 +139,90 @@ def _task_rows(
             logits.reshape(-1, logits.size(-1)).float(), y.reshape(-1), ignore_index=IGNORE_INDEX
         )
 
-    t0 = time.perf_counter()
-    kernels, s = group_kernels(scalar, groups, cfg.ntk_examples, cfg.ntk_block_gib * 2**30)
-    kernel = sum(kernels.values())
+    return group_kernels(scalar, groups, cfg.ntk_examples, cfg.ntk_block_gib * 2**30)
+
+
+def _spectrum_rows(
+    kernel: torch.Tensor, s: torch.Tensor, common: dict, cfg: CurvatureConfig, extra: dict
+) -> tuple[list[dict], dict]:
+    """K's λ_max, λ_min, trace, effective rank, the mean log-likelihood, and per σ scale κ(K + σI)
+    and the kernel-ridge training residual per example; and the stats themselves."""
     n = cfg.ntk_examples
-    residual = -s  # targets 0: a perfect fit
     stats = kernel_stats(kernel, cfg.ntk_sigma_scales)
-    common = dict(
-        **fields,
-        modification="none",
-        eval_data=task_name,
-        split="train",
-    )
-    parameters = sum(p.numel() for p in model.parameters())
-    base_extra = {"examples": n, "parameters": parameters, "dtype": dtype_name(model)}
     rows = [
-        metric_row(**common, metric=f"ntk_{k}", value=stats[k], extra=base_extra)
+        metric_row(**common, metric=f"ntk_{k}", value=stats[k], extra=extra)
         for k in ("lambda_max", "lambda_min", "trace", "effective_rank")
     ]
-    rows.append(metric_row(**common, metric="ntk_mean_loglik", value=float(s.mean()), extra=base_extra))
+    rows.append(metric_row(**common, metric="ntk_mean_loglik", value=float(s.mean()), extra=extra))
+    for scale in cfg.ntk_sigma_scales:
+        sigma = scale * stats["trace"] / n
+        at = extra | {"sigma_scale": float(scale)}
+        rows.append(metric_row(**common, metric="ntk_kappa", value=stats[f"kappa@{scale:g}"], extra=at))
+        risk = ridge_residual(kernel, -s, sigma)["risk"] / n  # targets 0: a perfect fit
+        rows.append(metric_row(**common, metric="ntk_ridge_risk", value=risk, extra=at))
+    return rows, stats
+
+
+def method_kernel_rows(
+    model: torch.nn.Module,
+    examples: list[tuple[torch.Tensor, torch.Tensor]],
+    common: dict,
+    cfg: CurvatureConfig,
+    name: str,
+    device: str,
+    method: str,
+) -> list[dict]:
+    """The spectrum rows (`_spectrum_rows`) of the kernel over what a fine-tuning method trains
+    (`model` as the method selects it: its trainable parameters), modification = the method. LoRA
+    at initialisation has B = 0, so only B's gradients count: K = Σ_modules G_W Aᵀ A G_Wᵀ, the
+    kernel of the adapters a run of that seed starts from."""
+    t0 = time.perf_counter()
+    kernels, s = _kernels(model, examples, cfg, device)
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    extra = {"examples": cfg.ntk_examples, "parameters": trained, "dtype": dtype_name(model)}
+    rows, stats = _spectrum_rows(sum(kernels.values()), s, common | {"modification": method}, cfg, extra)
+    _log_kernel(name, cfg.ntk_examples, trained, len(kernels), time.perf_counter() - t0, stats)
+    return rows
+
+
+def _log_kernel(name: str, n: int, parameters: int, groups: int, seconds: float, stats: dict) -> None:
+    log.info(
+        "%s: NTK of %d examples over %d parameters in %d groups (%.1f s): λ_max %.4g, λ_min %.4g, "
+        "effective rank %.2f, κ %s",
+        name,
+        n,
+        parameters,
+        groups,
+        seconds,
+        stats["lambda_max"],
+        stats["lambda_min"],
+        stats["effective_rank"],
+        {f"σ={k.split('@')[1]}·trK/n": round(v, 2) for k, v in stats.items() if k.startswith("kappa@")},
+    )
+
+
+def _task_rows(
+    model: torch.nn.Module,
+    examples: list[tuple[torch.Tensor, torch.Tensor]],
+    common: dict,
+    cfg: CurvatureConfig,
+    name: str,
+    device: str,
+) -> list[dict]:
+    """The NTK rows of `model` (every parameter) on one task's examples: the spectrum rows and,
+    per group besides the first decoder layer, Algorithm 2's quantities."""
+    t0 = time.perf_counter()
+    kernels, s = _kernels(model, examples, cfg, device)
+    n = cfg.ntk_examples
+    parameters = sum(p.numel() for p in model.parameters())
+    base_extra = {"examples": n, "parameters": parameters, "dtype": dtype_name(model)}
+    common = common | {"modification": "none"}
+    kernel = sum(kernels.values())
+    rows, stats = _spectrum_rows(kernel, s, common, cfg, base_extra)
     first = next(g for g in kernels if g.startswith("layer"))
     for scale in cfg.ntk_sigma_scales:
         sigma = scale * stats["trace"] / n
         extra = base_extra | {"sigma_scale": float(scale)}
-        rows.append(metric_row(**common, metric="ntk_kappa", value=stats[f"kappa@{scale:g}"], extra=extra))
-        risk = ridge_residual(kernel, residual, sigma)["risk"] / n
-        rows.append(metric_row(**common, metric="ntk_ridge_risk", value=risk, extra=extra))
         for g, sg in kernels.items():
             eig = torch.linalg.eigvalsh(sg)
             group_extra = extra | {"group": g, "base_group": first}
@@ -164,7 +232,7 @@ def _task_rows(
             ]
             if g == first:
                 continue
-            found = spectral_perturbation(kernels[first], sg, residual, sigma)
+            found = spectral_perturbation(kernels[first], sg, -s, sigma)
             rows += [
                 metric_row(**common, metric="ntk_group_eta", value=found["eta"], extra=group_extra),
                 metric_row(**common, metric="ntk_group_ratio", value=found["ratio"], extra=group_extra),
@@ -175,18 +243,5 @@ def _task_rows(
                     extra=group_extra,
                 ),
             ]
-    log.info(
-        "%s on %s: NTK of %d examples over %d parameters in %d groups (%.1f s): λ_max %.4g, λ_min %.4g, "
-        "effective rank %.2f, κ %s",
-        name,
-        task_name,
-        n,
-        base_extra["parameters"],
-        len(kernels),
-        time.perf_counter() - t0,
-        stats["lambda_max"],
-        stats["lambda_min"],
-        stats["effective_rank"],
-        {f"σ={k.split('@')[1]}·trK/n": round(v, 2) for k, v in stats.items() if k.startswith("kappa@")},
-    )
+    _log_kernel(name, n, parameters, len(kernels), time.perf_counter() - t0, stats)
     return rows

@@ -215,13 +215,10 @@ class FinetuneConfig:
         _check_precision("finetune", self.precision)
 
     def whole_model_keys(self) -> list[str]:
-        """The settings on that need the whole model in one process (not a sharded job), by key."""
-        on = {
-            "finetune.methods.*.params (LoRA)": isinstance(self.params, dict) and "lora" in self.params,
-            "finetune.wise_ft_alphas": bool(self.wise_ft_alphas),
-            "finetune.linearization_tokens": bool(self.linearization_tokens),
-            "finetune.methods.*.linearized": self.linearized,
-        }
+        """The settings on that need the whole model in one process (not a sharded job), by key:
+        the tangent model's forward is a `torch.func.jvp` through `functional_call`, which FSDP2's
+        sharded parameters do not go through."""
+        on = {"finetune.methods.*.linearized": self.linearized}
         return [key for key, needed in on.items() if needed]
 
     def warmup_fraction_of(self, total_steps: int) -> float:

@@ -22,6 +22,7 @@ import torch.distributed as dist
 
 from pipeline.models.attention import use_small_head_attention
 from pipeline.models.loading import load_checkpoint, load_checkpoint_tokenizer
+from pipeline.models.trained_params import base_model
 from pipeline.ranks import Ranks
 from pipeline.train.precision import fsdp_mixed_precision, output_layer_policy
 
@@ -72,9 +73,12 @@ def tied_output(model: torch.nn.Module) -> bool:
 
 def shard_model(model: torch.nn.Module, precision: str) -> None:
     """fully_shard each decoder layer, the output layer (float32, so logits are float32) and the
-    root; gradients are summed across ranks (each rank's loss is its share of the global mean)."""
+    root; gradients are summed across ranks (each rank's loss is its share of the global mean).
+    A peft (LoRA) model: its causal LM is the root, each layer's shard group holding the layer's
+    frozen weights and trained adapters together (FSDP2 reduces gradients of the trained ones)."""
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
+    model = base_model(model)
     policy = fsdp_mixed_precision(precision)
     for layer in decoder_layers(model):
         fully_shard(layer, mp_policy=policy)
@@ -123,10 +127,11 @@ def state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dic
 
 @torch.no_grad()
 def full_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
-    """A whole, unsharded copy of `model` in `dtype` on its device, in eval mode: what evaluation
-    code that runs a model in one process (lm-eval, `generate`) gets on every rank. A sharded model
-    is gathered one tensor at a time (a collective: every rank calls it), so the transient memory
-    is one float32 tensor beside the copy."""
+    """A whole, unsharded copy of `model` in `dtype` on its device, in eval mode, its parameters
+    trained where the model's are (`requires_grad`): what evaluation code that runs a model in one
+    process (lm-eval, `generate`, the linearization gap) gets on every rank. A sharded model is
+    gathered one tensor at a time (a collective: every rank calls it), so the transient memory is
+    one float32 tensor beside the copy."""
     from transformers import AutoModelForCausalLM
 
     device = next(model.parameters()).device
@@ -139,6 +144,9 @@ def full_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     target = copy.state_dict()
     for name, tensor in model.state_dict().items():
         target[name].copy_(full(tensor))
+    trained = {n for n, p in model.named_parameters() if p.requires_grad}
+    for n, p in copy.named_parameters():
+        p.requires_grad_(n in trained)
     return copy.eval()
 
 
@@ -149,24 +157,47 @@ def full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
+def full_like(part: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of which `part` is this rank's shard, sharded as parameter `like` is (a
+    collective when `like` is sharded; `part` itself when not): e.g. θ_pre kept as shards."""
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(like, DTensor):
+        return part
+    spread = DTensor.from_local(
+        part.to(like.device),
+        like.device_mesh,
+        like.placements,
+        run_check=False,
+        shape=like.shape,
+        stride=like.stride(),
+    )
+    return spread.full_tensor()
+
+
 def load_into_shards(
     spec: CheckpointSpec,
     path: str | None,
     device: str,
     ranks: Ranks,
     shard: Callable[[torch.nn.Module], None],
+    build: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
 ) -> tuple[torch.nn.Module, object]:
     """(model, tokenizer) of a checkpoint, sharded by `shard`, with one read of the checkpoint per
     job: rank 0 loads it in float32 on the host; the other ranks build the model on the meta
     device, shard it and allocate their shards on `device`; rank 0 broadcasts one tensor at a time
     and each rank keeps its slice; then rank 0 shards its own copy (which frees the rest of it).
+    build: what to make of the loaded model before it is sharded (e.g. wrap it in LoRA adapters),
+    on every rank, so rank 0's values of what it adds (random adapters) reach every rank too.
     Host memory: one float32 copy on rank 0; each other rank its shards and one tensor in flight."""
     from transformers import AutoModelForCausalLM
 
+    build = build or (lambda m: m)
     config = generation = None
     if ranks.main:
         model, tokenizer, _, _ = load_checkpoint(spec, path, "cpu", dtype=torch.float32)
         config, generation = model.config, model.generation_config
+        model = build(model)
     else:
         tokenizer = load_checkpoint_tokenizer(spec, path)
     config, generation = ranks.broadcast((config, generation))
@@ -175,6 +206,7 @@ def load_into_shards(
             model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         model.generation_config = generation
         use_small_head_attention(model)
+        model = build(model)
         shard(model)
         model.to_empty(device=device)
     with torch.no_grad():  # parameters, and buffers (rotary frequencies are in no state dict)

@@ -42,6 +42,7 @@ from pipeline.evaluate.perplexity import EVAL_METRICS, eval_perplexity
 from pipeline.evaluate.tasks import eval_task
 from pipeline.models.loading import default_dtype, dtype_name, load_checkpoint
 from pipeline.models.shapes import shape_of
+from pipeline.models.trained_params import base_parameters, describe, merge, select
 from pipeline.ranks import SINGLE, Ranks
 from pipeline.tables import metric_row
 from pipeline.train import resume
@@ -53,7 +54,6 @@ from pipeline.train.loop import TrainResult, train
 from pipeline.train.memory import plan_run
 from pipeline.train.placement import WHOLE, Whole
 from pipeline.train.proximal import ProximalStep, proximal_term
-from pipeline.train.trained_params import describe, merge, select
 from pipeline.train.wise_ft import wise_ft
 
 if TYPE_CHECKING:
@@ -245,12 +245,18 @@ def set_up(job: FinetuneJob, placement: Whole) -> Run:
     if not placement.holds_whole_model and cfg.whole_model_keys():
         keys = ", ".join(cfg.whole_model_keys())
         raise ValueError(f"{keys}: needs the whole model in one process; set finetune.ranks to 1")
-    model, tokenizer = placement.load(job.spec, job.path, device, cfg.precision, cfg.activation_checkpointing)
+    model, tokenizer = placement.load(
+        job.spec,
+        job.path,
+        device,
+        cfg.precision,
+        cfg.activation_checkpointing,
+        build=lambda m: select(m, cfg.params),
+    )
     reference_device = device if job.lambda_reg > 0 or cfg.linearized else "cpu"
     reference = {
-        n: placement.local(p).detach().to(reference_device, copy=True) for n, p in model.named_parameters()
+        n: placement.local(p).detach().to(reference_device, copy=True) for n, p in base_parameters(model)
     }
-    model = select(model, cfg.params)
     trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     start = (
         {n: reference[n] for n, _ in trained}
@@ -394,7 +400,7 @@ def evaluate_run(
             diverged=result.diverged,
         )
         suite = _suite_rows(whole, tokenizer, job, common, placement.ranks)
-        wise = _wise_rows(whole, run, job, pretrain_data, common) if cfg.wise_ft_alphas else []
+    wise = _wise_rows(run, job, placement, dtype, pretrain_data, common) if cfg.wise_ft_alphas else []
     rows = [
         metric_row(**common, eval_data="pretrain", split=eval_cfg["split"], metric=m, value=pre[m])
         for m in EVAL_METRICS
@@ -410,7 +416,7 @@ def evaluate_run(
         run.unlinearize()
         run.unlinearize = None
     if cfg.linearization_tokens:
-        rows += _linearization_rows(run, job, pretrain_data, common)
+        rows += _linearization_rows(run, job, placement, pretrain_data, common)
     log.info(
         "done: pre-training ppl %.3f | ID val ppl %.3f test ppl %.3f | ‖θ_ft − θ_pre‖ %.4f | %.0f s training",
         pre["ppl"],
@@ -422,24 +428,30 @@ def evaluate_run(
     return rows
 
 
-def _wise_rows(whole, run: Run, job: FinetuneJob, pretrain_data, common: dict) -> list[dict]:
+def _wise_rows(
+    run: Run, job: FinetuneJob, placement: Whole, dtype: torch.dtype, pretrain_data, common: dict
+) -> list[dict]:
     """WiSE-FT (pipeline/train/wise_ft.py): pre-training and in-domain metrics of θ_pre + α(θ_ft −
-    θ_pre) at each α, as metrics `wise_<metric>` with `extra.wise_alpha`."""
+    θ_pre) at each α, as metrics `wise_<metric>` with `extra.wise_alpha`. The master weights (this
+    process's part of them) move along the line; each α is evaluated on the whole model in the
+    evaluation dtype, as the fine-tuned model is."""
     cfg, pad = run.cfg, run.tokenizer.pad_token_id
-    names = [n for n, p in run.model.named_parameters() if p.requires_grad]
+    moved = {n: placement.local(p) for n, p in run.model.named_parameters() if p.requires_grad}
 
     def evaluate() -> dict:
-        out = {
-            ("pretrain", job.eval_cfg["split"]): eval_perplexity(
-                whole, pretrain_data, job.eval_cfg["batch_size"]
-            )
-        }
-        return out | {
-            (job.task_name, s): eval_task(whole, d, pad, cfg.eval_batch_size) for s, d in run.evals.items()
-        }
+        with placement.whole(run.model, dtype) as whole:
+            out = {
+                ("pretrain", job.eval_cfg["split"]): eval_perplexity(
+                    whole, pretrain_data, job.eval_cfg["batch_size"]
+                )
+            }
+            return out | {
+                (job.task_name, s): eval_task(whole, d, pad, cfg.eval_batch_size)
+                for s, d in run.evals.items()
+            }
 
     rows = []
-    for alpha, results in wise_ft(whole, run.reference, names, cfg.wise_ft_alphas, evaluate):
+    for alpha, results in wise_ft(moved, run.reference, cfg.wise_ft_alphas, evaluate):
         for (eval_data, split), res in results.items():
             metrics = EVAL_METRICS if eval_data == "pretrain" else TASK_METRICS[run.task.kind]
             fields = common | {"extra": {**common["extra"], "wise_alpha": float(alpha)}}
@@ -456,15 +468,23 @@ def _wise_rows(whole, run: Run, job: FinetuneJob, pretrain_data, common: dict) -
     return rows
 
 
-def _linearization_rows(run: Run, job: FinetuneJob, pretrain_data, common: dict) -> list[dict]:
+def _linearization_rows(
+    run: Run, job: FinetuneJob, placement: Whole, pretrain_data, common: dict
+) -> list[dict]:
     """The linearization gap along θ_ft − θ_pre (pipeline/curvature/linearization.py) on the held-out
-    pre-training windows and, for LM tasks, the task's validation windows: metrics `lin_*`."""
+    pre-training windows and, for LM tasks, the task's validation windows: metrics `lin_*`. On the
+    whole model in its float32 master weights, θ_pre of the trained parameters whole beside it (a
+    sharded job gathers both on every rank, each computing the same rows)."""
     t0 = time.perf_counter()
     sets = {("pretrain", job.eval_cfg["split"]): pretrain_data}
     if run.task.kind == "lm":
         sets[(job.task_name, "validation")] = run.evals["validation"]
-    found = finetuned_gap(run.model, run.reference, sets, run.cfg.linearization_tokens)
-    fields = common | {"extra": {**common["extra"], "dtype": dtype_name(run.model)}}  # the master weights
+    trained = [(n, p) for n, p in run.model.named_parameters() if p.requires_grad]
+    pre = {n: placement.full_like(run.reference[n], p) for n, p in trained}
+    with placement.whole(run.model, next(run.model.parameters()).dtype) as whole:
+        found = finetuned_gap(whole, pre, sets, run.cfg.linearization_tokens)
+        fields = common | {"extra": {**common["extra"], "dtype": dtype_name(whole)}}  # the master weights
+    del pre
     rows = [
         metric_row(**fields, eval_data=eval_data, split=split, metric=GAP_METRICS[k], value=v)
         for (eval_data, split), res in found.items()

@@ -171,11 +171,48 @@ def plan_finetune(
     )
 
 
+GAP_WINDOWS = 8  # windows per batch of the linearization gap (linearization.finetuned_gap)
+# bytes per logit of the gap's batch: f(θ_pre), Jδ and f(θ_ft) in float32, their float64 copies at
+# the scored positions and two float64 log-softmaxes
+GAP_LOGIT_BYTES = 3 * 4 + 3 * 8 + 2 * 8
+
+
+def gap_bytes(shape: ModelShape, params: int, ranks: int, max_tokens: int) -> int:
+    """Peak bytes per rank of the linearization gap after training (finetune.linearization_tokens):
+    this rank's float32 master weights and gradients (8 B x P / N), the whole model gathered in
+    float32 (θ_ft), θ_pre and δ of the trained parameters beside it (counted as all: 8 B x P), and
+    one batch of windows of the model's context through the jvp (logits; one layer's activations,
+    primal and tangent, with eager attention's probabilities)."""
+    windows = min(GAP_WINDOWS, (max_tokens - 1) // (shape.context - 1) + 1)  # full windows (first_windows)
+    tokens = windows * shape.context
+    logits = GAP_LOGIT_BYTES * shape.vocab * tokens
+    layer = 2 * (activation_bytes(shape) + 4 * shape.heads * shape.context) * tokens
+    return -(-8 * params // ranks) + 12 * params + logits + layer
+
+
 def plan_run(
     shape: ModelShape, cfg: FinetuneConfig, seq_len: int, gpu: Mapping, gpus: int | None = None
 ) -> Plan:
     """`plan_finetune` of a fine-tuning run config (its batch, precision on CUDA, activation
-    checkpointing and micro-batch) on the config's `gpu:` section (memory_gb, per_node, headroom)."""
+    checkpointing and micro-batch) on the config's `gpu:` section (memory_gb, per_node, headroom).
+    With the linearization gap on, its peak after training must fit too (it does not shrink with
+    more GPUs: each holds the whole model), else PlanError naming the key."""
+    plan = _plan_training(shape, cfg, seq_len, gpu, gpus)
+    if cfg.linearization_tokens:
+        need = gap_bytes(shape, shape.params, plan.gpus, cfg.linearization_tokens)
+        if need > plan.usable:
+            raise PlanError(
+                f"finetune.linearization_tokens: the linearization gap holds the whole "
+                f"{shape.params / 1e6:,.1f}M-parameter model in float32 with θ_pre and δ beside it on "
+                f"every GPU, {need / GIB:.1f} GiB per GPU, but {plan.usable / GIB:.1f} GiB are usable; "
+                "set finetune.linearization_tokens: 0 for this model"
+            )
+    return plan
+
+
+def _plan_training(
+    shape: ModelShape, cfg: FinetuneConfig, seq_len: int, gpu: Mapping, gpus: int | None = None
+) -> Plan:
     return plan_finetune(
         shape,
         batch_size=cfg.batch_size,

@@ -7,7 +7,7 @@ starts: in the rule's own process (`Whole`), or under torchrun (`Sharded`, any r
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -16,12 +16,16 @@ import torch
 from pipeline.models.loading import load_checkpoint
 from pipeline.models.losses import fused_head
 from pipeline.ranks import SINGLE, Ranks
-from pipeline.train.distributed import full_copy, load_into_shards, local, reshard, shard_model
+from pipeline.train.distributed import full_copy, full_like, load_into_shards, local, reshard, shard_model
 from pipeline.train.precision import compute_context, fp32_output_layer
 from pipeline.train.recompute import enable_activation_checkpointing
 
 if TYPE_CHECKING:
     from pipeline.models.checkpoints import CheckpointSpec
+
+
+def _as_is(model: torch.nn.Module) -> torch.nn.Module:
+    return model
 
 
 @dataclass(frozen=True)
@@ -34,13 +38,22 @@ class Whole:
     # code that needs the whole model in one process after training (the curvature line) can run
     holds_whole_model: ClassVar[bool] = True
 
-    def load(self, spec: CheckpointSpec, path: str | None, device: str, precision: str, recompute: bool):
+    def load(
+        self,
+        spec: CheckpointSpec,
+        path: str | None,
+        device: str,
+        precision: str,
+        recompute: bool,
+        build: Callable[[torch.nn.Module], torch.nn.Module] = _as_is,
+    ):
         """(model, tokenizer) in float32 (master) weights on `device` (AdamW on bf16 weights loses
-        small updates); `recompute`: activation checkpointing per decoder layer."""
+        small updates); `recompute`: activation checkpointing per decoder layer; `build`: what to
+        make of the loaded model (the model to train, e.g. wrapped in LoRA adapters)."""
 
         model, tokenizer, _, _ = load_checkpoint(spec, path, device, dtype=torch.float32)
         _recompute(model, recompute)
-        return model, tokenizer
+        return build(model), tokenizer
 
     def compute(self, precision: str, device: torch.device):
         """The context of a forward pass: bf16 autocast for bf16-mixed."""
@@ -56,6 +69,10 @@ class Whole:
     def local(self, t: torch.Tensor) -> torch.Tensor:
         """This process's part of a parameter: all of it."""
         return t
+
+    def full_like(self, part: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """The whole tensor whose part in this process is `part`, as parameter `like` is split: `part`."""
+        return part
 
     def settle(self, model: torch.nn.Module) -> None:
         """After a forward without backward (an evaluation): nothing to free."""
@@ -79,14 +96,25 @@ class Sharded(Whole):
     keeps_unscored: ClassVar[bool] = True
     holds_whole_model: ClassVar[bool] = False
 
-    def load(self, spec: CheckpointSpec, path: str | None, device: str, precision: str, recompute: bool):
-        """(model, tokenizer) sharded, the checkpoint read once (by rank 0) for the whole job."""
+    def load(
+        self,
+        spec: CheckpointSpec,
+        path: str | None,
+        device: str,
+        precision: str,
+        recompute: bool,
+        build: Callable[[torch.nn.Module], torch.nn.Module] = _as_is,
+    ):
+        """(model, tokenizer) sharded, the checkpoint read once (by rank 0) for the whole job;
+        `build` runs on every rank before sharding (rank 0's values of what it adds are broadcast)."""
 
-        def prepare(model: torch.nn.Module) -> None:
+        def prepare(model: torch.nn.Module) -> torch.nn.Module:
             _recompute(model, recompute)
-            shard_model(model, precision)
+            return build(model)
 
-        return load_into_shards(spec, path, device, self.ranks, prepare)
+        return load_into_shards(
+            spec, path, device, self.ranks, lambda m: shard_model(m, precision), build=prepare
+        )
 
     def compute(self, precision: str, device: torch.device):
         """Nothing: FSDP2's MixedPrecisionPolicy casts the parameters itself."""
@@ -98,6 +126,10 @@ class Sharded(Whole):
     def local(self, t: torch.Tensor) -> torch.Tensor:
 
         return local(t)
+
+    def full_like(self, part: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+        """Gathered from every rank's shard (a collective)."""
+        return full_like(part, like)
 
     def settle(self, model: torch.nn.Module) -> None:
         """Free the layers FSDP2 gathered for a forward without backward."""

@@ -17,16 +17,16 @@ if TYPE_CHECKING:
 
 
 def wise_ft(
-    model: torch.nn.Module,
+    params: Mapping[str, torch.Tensor],
     reference: Mapping[str, torch.Tensor],
-    names: Sequence[str],
     alphas: Sequence[float],
     evaluate: Callable[[], dict],
 ) -> list[tuple[float, dict]]:
-    """(α, evaluate() at θ_pre + α(θ_ft − θ_pre)) for each α, over the parameters `names` (what
-    fine-tuning changed); `model` (at θ_ft) is restored exactly afterwards."""
-    named = dict(model.named_parameters())
-    params = [named[n] for n in names]
-    direction = [p.detach() - reference[n].to(p.device, p.dtype) for n, p in zip(names, params, strict=True)]
-    results = along_line(params, direction, [a - 1.0 for a in alphas], evaluate)
+    """(α, evaluate() at θ_pre + α(θ_ft − θ_pre)) for each α, over the tensors `params` (what
+    fine-tuning changed, at θ_ft, by name: whole parameters, or this rank's shards of them, moved
+    in place) and `reference` (θ_pre of the same parts); `params` are restored exactly afterwards."""
+    names = list(params)
+    moved = [params[n] for n in names]
+    direction = [p.detach() - reference[n].to(p.device, p.dtype) for n, p in zip(names, moved, strict=True)]
+    results = along_line(moved, direction, [a - 1.0 for a in alphas], evaluate)
     return list(zip(alphas, results, strict=True))

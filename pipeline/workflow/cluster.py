@@ -216,7 +216,7 @@ def check_lora_jobs(jobs: Iterable, config: dict, checkpoints: Checkpoints) -> N
     """Every LoRA method's target modules exist and its rank fits them, on the architecture of each
     checkpoint a fine-tuning job to run loads (meta device: no weights), before any job starts."""
     from pipeline.models.loading import architecture  # heavy (torch): only with a LoRA method
-    from pipeline.train.trained_params import check_lora_targets, lora_settings
+    from pipeline.models.trained_params import check_lora_targets, lora_settings
 
     methods = {m: lora_settings(s.get("params", "all")) for m, s in finetune_methods(config).items()}
     pairs = {

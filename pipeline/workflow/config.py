@@ -468,8 +468,9 @@ def check_whole_model(config: dict, method: str) -> None:
     named = [key.replace("methods.*", f"methods.{method}") for key in cfg.whole_model_keys()]
     if named:
         raise ConfigError(
-            f"invalid config: {', '.join(named)}: runs in one process only for now; finetune.ranks is "
-            f"{finetune_ranks(config)} (set it to 1, or turn these off)"
+            f"invalid config: {', '.join(named)}: linearized fine-tuning runs in one process only (the "
+            f"tangent model's jvp does not go through FSDP2's sharded parameters); finetune.ranks is "
+            f"{finetune_ranks(config)} (set it to 1, or drop the method)"
         )
 
 

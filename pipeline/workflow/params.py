@@ -25,6 +25,7 @@ from pipeline.workflow.config import (
     curvature_section,
     eval_config,
     finetune_enabled,
+    finetune_methods,
     finetune_search,
     finetune_section,
     method_section,
@@ -86,10 +87,17 @@ def curvature_finetune_params(config: dict) -> dict | None:
 
 
 def ntk_params(config: dict) -> dict:
-    """What rule ntk reads: the curvature fields tagged ntk, and the fine-tuning context (seq_len)."""
+    """What rule ntk reads: the curvature fields tagged ntk, the fine-tuning context (seq_len), and
+    what each fine-tuning method that does not train every parameter trains (the kernel of its
+    trained parameters; LoRA adapters drawn with the first fine-tuning seed)."""
     hp = hyperparameters(CurvatureConfig, curvature_section(config))
     keep = {f.name: hp[f.name] for f in fields(CurvatureConfig) if tagged(f, "ntk") and f.name in hp}
-    return keep | {"seq_len": finetune_section(config).get("seq_len")}
+    methods = {m: finetune_params(config, m)["params"] for m in finetune_methods(config)}
+    return keep | {
+        "seq_len": finetune_section(config).get("seq_len"),
+        "methods": {m: params for m, params in methods.items() if params != "all"},
+        "seed": finetune_section(config)["seeds"][0],
+    }
 
 
 def lr_search_params(config: dict) -> dict | None:

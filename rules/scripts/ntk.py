@@ -9,7 +9,7 @@ from pipeline.tables import write_metrics
 setup_logging(snakemake.log[0])
 set_threads(snakemake.threads)
 p = dict(snakemake.params.ntk)
-seq_len = p.pop("seq_len")
+seq_len, methods, seed = p.pop("seq_len"), p.pop("methods"), p.pop("seed")
 # the block size changes no number: read from the config, not params (changing it reruns nothing)
 block = snakemake.config["curvature"].get("ntk_block_gib", CurvatureConfig.ntk_block_gib)
 tasks = {name: snakemake.input[name] for name in snakemake.config["finetune"]["tasks"]}
@@ -21,5 +21,7 @@ rows = ntk_rows(
     cfg=CurvatureConfig(**p, ntk_block_gib=block),
     study=snakemake.config["study"],
     device=pick_device(snakemake.params.device),
+    methods=methods,
+    seed=seed,
 )
 write_metrics(snakemake.output[0], rows)

@@ -133,6 +133,50 @@ def test_two_ranks_in_bf16_mixed_follow_one_process(study_files, tmp_path):
     assert json.loads(pd.read_parquet(sharded.metrics_path)["extra"].iloc[0])["precision"] == "bf16-mixed"
 
 
+def test_a_sharded_lora_run_killed_and_resumed_matches_one_process_with_wise_ft_and_the_gap(
+    study_files, tmp_path
+):
+    """LoRA under FSDP2 (adapters added before sharding, rank 0's random A on every rank), killed
+    and resumed, merged on the shards, then WiSE-FT (the shards moved along the line, each α
+    gathered) and the linearization gap (θ_ft and θ_pre gathered whole): every row equals one
+    process's."""
+    lora = {"lora": {"rank": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}
+    cfg = dataclasses.replace(
+        CFG,
+        epochs=1,
+        max_steps=8,
+        eval_max_tokens=1000,
+        activation_checkpointing=False,
+        params=lora,
+        wise_ft_alphas=(0.0, 0.5, 1.0),
+        linearization_tokens=256,
+    )
+    kwargs = dict(lambda_reg=0.5, task="book", method="lora")
+    single = pd.DataFrame(run_in_process(job(study_files, tmp_path, cfg, "single", **kwargs)))
+    sharded = job(study_files, tmp_path, cfg, "sharded", stop_after=4, **kwargs)
+    run_on_ranks(sharded, 2, tmp_path / "kill.json")
+    assert pd.read_parquet(sharded.metrics_path).empty  # stopped as if killed
+    run_on_ranks(dataclasses.replace(sharded, stop_after=None), 2, tmp_path / "resume.json")
+    two = pd.read_parquet(sharded.metrics_path)
+    keys = ["eval_data", "split", "metric", "wise"]
+    one, two = (
+        df.assign(wise=[json.loads(e).get("wise_alpha", -1.0) for e in df["extra"]]) for df in (single, two)
+    )
+    merged = one.merge(two, on=keys, suffixes=("_1", "_2"), how="outer", indicator=True)
+    assert (merged["_merge"] == "both").all() and len(merged) == len(one)
+    assert {m for m in merged["metric"] if m.startswith(("wise_", "lin_"))} >= {
+        "wise_ppl",
+        "lin_gap",
+        "lin_kl",
+    }
+    assert (merged["modification_2"] == "lora").all()
+    np.testing.assert_allclose(merged["value_2"], merged["value_1"], rtol=1e-4)
+    extra = json.loads(two["extra"].iloc[0])
+    assert extra["trained_parameters"] == 4 * 2 * (32 + 32) * 2  # r (d_in + d_out), q and v, 2 layers
+    distance = two[two["metric"] == "distance_l2"]["value"].iloc[0]
+    assert distance > 0  # the adapters moved the merged weights
+
+
 def test_a_failing_rank_fails_the_job_without_hanging(study_files, tmp_path):
     bad = job(study_files, tmp_path, name="bad", task_path=str(tmp_path / "missing.parquet"))
     t0 = time.perf_counter()

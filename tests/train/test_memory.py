@@ -4,6 +4,8 @@ the backward pass (saved-tensor hooks), with and without activation checkpointin
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -15,9 +17,17 @@ from pipeline.models.build import build_model, count_parameters, model_config
 from pipeline.models.hub import HUB_PRESETS
 from pipeline.models.presets import SIZE_PRESETS, preset_shape
 from pipeline.models.shapes import ModelShape, shape_of
-from pipeline.train.config import TrainConfig
+from pipeline.train.config import FinetuneConfig, TrainConfig
 from pipeline.train.loop import train
-from pipeline.train.memory import GIB, PlanError, activation_bytes, estimate, plan_finetune
+from pipeline.train.memory import (
+    GIB,
+    PlanError,
+    activation_bytes,
+    estimate,
+    gap_bytes,
+    plan_finetune,
+    plan_run,
+)
 from pipeline.train.recompute import enable_activation_checkpointing
 
 
@@ -113,6 +123,23 @@ def test_plans_for_the_paper_models():
         seven_b, activation_checkpointing=True, gpu_memory_gb=80, gpus=8, micro_batch=1, **common
     )
     assert (fixed.gpus, fixed.micro_batch) == (8, 1) and fixed.estimate.states < plan.estimate.states
+
+
+def test_the_linearization_gap_must_fit_beside_the_shards():
+    """The gap gathers the whole float32 model with θ_pre and δ on every GPU: fine for OLMo-1B on
+    40 GB, refused for OLMo-2-7B on 80 GB (naming the key) however many GPUs the job has."""
+    gpu = {"memory_gb": 80, "per_node": 8, "headroom": 0.1}
+    cfg = FinetuneConfig(
+        batch_size=128, seq_len=2048, activation_checkpointing=True, linearization_tokens=512
+    )
+    one_b, seven_b = HUB_PRESETS["olmo-1b"].shape, HUB_PRESETS["olmo-2-7b"].shape
+    assert plan_run(one_b, cfg, 2048, {**gpu, "memory_gb": 40}).gpus == 1
+    assert gap_bytes(one_b, one_b.params, 1, 512) > 20 * one_b.params  # weights, grads, whole copy, θ_pre, δ
+    with pytest.raises(
+        PlanError, match=r"finetune.linearization_tokens: .* set finetune.linearization_tokens: 0"
+    ):
+        plan_run(seven_b, cfg, 2048, gpu, gpus=8)
+    assert plan_run(seven_b, dataclasses.replace(cfg, linearization_tokens=0), 2048, gpu).gpus >= 2
 
 
 def test_a_model_that_fits_nowhere_stops_with_the_arithmetic():

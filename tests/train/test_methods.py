@@ -14,15 +14,15 @@ from pipeline.analysis.linearization_figures import plot_gap_tokens, plot_table1
 from pipeline.analysis.stats import tuned_table
 from pipeline.data.replay import replay_rows, with_replay
 from pipeline.models.loading import load_checkpoint
-from pipeline.tables import metrics_frame
-from pipeline.train.finetune import FinetuneConfig, task_base_rows
-from pipeline.train.proximal import ProximalStep
-from pipeline.train.trained_params import (
+from pipeline.models.trained_params import (
     LoraSettings,
     lora_parameter_count,
     merge,
     select,
 )
+from pipeline.tables import metrics_frame
+from pipeline.train.finetune import FinetuneConfig, task_base_rows
+from pipeline.train.proximal import ProximalStep
 from tests.train.test_finetune import CFG, run
 
 LORA = {"lora": {"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "v_proj"]}}

@@ -213,8 +213,16 @@ def test_each_method_reruns_only_its_jobs():
     )
     with pytest.raises(ConfigError, match=r"finetune.methods.d.proximal: the decoupled step .* λη > 1"):
         check_config(bad, check_benchmark_tasks=False)
+    lora_sharded = {"finetune.methods": {"lora": lora}, "finetune.wise_ft_alphas": [0, 1]}
     sharded = workflow_config(
-        smoke_config(**{"finetune.wise_ft_alphas": [0, 1], "finetune.ranks": 2, "curvature.enabled": False})
+        smoke_config(**lora_sharded, **{"finetune.ranks": 2, "curvature.enabled": False})
     )
-    with pytest.raises(ConfigError, match=r"finetune.wise_ft_alphas, .*: runs in one process only"):
+    validate_config(sharded, SCHEMA)
+    check_config(sharded, check_benchmark_tasks=False)  # LoRA, WiSE-FT and the gap run sharded
+    tangent = {"finetune.methods": {"sft": {}, "tangent": {"linearized": True}}}
+    sharded = workflow_config(smoke_config(**tangent, **{"finetune.ranks": 2, "curvature.enabled": False}))
+    validate_config(sharded, SCHEMA)
+    with pytest.raises(
+        ConfigError, match=r"finetune.methods.tangent.linearized: linearized fine-tuning runs in one"
+    ):
         check_config(sharded, check_benchmark_tasks=False)

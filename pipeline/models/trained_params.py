@@ -9,10 +9,12 @@ weights then carry `requires_grad`, so everything downstream sees what fine-tuni
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import logging
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -152,6 +154,24 @@ def is_lora(model: torch.nn.Module) -> bool:
     return peft is not None and isinstance(model, peft.PeftModel)
 
 
+def base_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The causal LM inside a peft model (what is sharded and what `merge` returns); else the model."""
+    return model.get_base_model() if is_lora(model) else model
+
+
+def base_parameters(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+    """(name, parameter) of the model's own weights, named as in the plain model (and as after
+    `merge`): a peft model's adapters left out, its `.base_layer` wrappers seen through."""
+    if not is_lora(model):
+        return list(model.named_parameters())
+    out = []
+    for name, p in base_model(model).named_parameters():
+        if ".lora_" in name:
+            continue
+        out.append((name.replace(".base_layer.", "."), p))
+    return out
+
+
 def merge(model: torch.nn.Module) -> torch.nn.Module:
     """A plain model with the fine-tuned weights: LoRA adapters merged (W + (alpha / r) B A), the
     adapted weights marked trainable; any other model as it is."""
@@ -163,3 +183,20 @@ def merge(model: torch.nn.Module) -> torch.nn.Module:
     for n, p in merged.named_parameters():
         p.requires_grad_(n in adapted)
     return merged
+
+
+@contextlib.contextmanager
+def selected(model: torch.nn.Module, params: str | dict, seed: int) -> Iterator[torch.nn.Module]:
+    """`select(model, params)` for a while (LoRA adapters drawn after `torch.manual_seed(seed)`, as
+    a fine-tuning job of that seed draws them), then the model as it was: adapters unloaded (never
+    merged), every `requires_grad` flag back. For a look at what a method trains (its NTK)."""
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    torch.manual_seed(seed)
+    chosen = select(model, params)
+    try:
+        yield chosen
+    finally:
+        if is_lora(chosen):
+            chosen.unload()
+        for n, p in model.named_parameters():
+            p.requires_grad_(flags[n])
