@@ -195,7 +195,7 @@ def ntk_outcomes(metrics: pd.DataFrame, tuned: pd.DataFrame) -> pd.DataFrame:
     test ppl. `kernel` is the NTK rows' modification: `none`, every parameter, paired with the first
     method; a method's name, the kernel of what it trains, paired with that method."""
     ntk = with_extra(metrics[metrics["metric"].isin(["ntk_kappa", "ntk_lambda_max"])], "sigma_scale")
-    ntk = ntk.rename(columns={"eval_data": "task", "modification": "kernel"})
+    ntk = ntk.drop(columns="task").rename(columns={"eval_data": "task", "modification": "kernel"})
     kappa = ntk[ntk["metric"] == "ntk_kappa"][
         ["checkpoint", "budget", "task", "kernel", "sigma_scale", "value"]
     ]
