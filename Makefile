@@ -31,8 +31,9 @@ apt-packages:
 	@if [ -n "$(SKIP_APT)" ]; then echo "SKIP_APT set: not installing envs/apt-packages.txt"; \
 	else bash envs/install_apt_packages.sh envs/apt-packages.txt; fi
 
+# two pytest-xdist workers; the tests of one study stay on one worker (tests/conftest.py)
 test: setup apt-packages
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 --dist loadgroup tests
 
 smoke: setup
 	.venv/bin/snakemake --cores $(CORES) --configfile tests/smoke/config.yaml

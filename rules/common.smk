@@ -35,6 +35,8 @@ from pipeline.workflow.params import (
     pretrain_params,
     provenance_config,
     task_base_params,
+    theory_params,
+    theory_transfer_params,
 )
 
 

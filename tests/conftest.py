@@ -19,6 +19,25 @@ from pipeline.models.checkpoints import CheckpointSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ROOT / "data" / "packages"
+# `make test` runs the suite on 2 pytest-xdist workers (--dist loadgroup). Tests that run a whole
+# study share its results/<study> directory (and the session's local smoke study): each group runs
+# on one worker, in order; every other test goes to whichever worker is free.
+XDIST_GROUPS = {
+    "workflow/test_judge_workflow.py": "judge-study",
+    "workflow/test_search_workflow.py": "search-study",
+    "test_gpu_kit.py": "gpu-kit-study",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test of tests/workflow/ (the smoke study and the cluster) in one xdist group, the
+    studies of their own in theirs (XDIST_GROUPS)."""
+    here = Path(__file__).parent
+    for item in items:
+        rel = item.path.relative_to(here).as_posix()
+        group = XDIST_GROUPS.get(rel) or ("smoke-study" if rel.startswith("workflow/") else None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

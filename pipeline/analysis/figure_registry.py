@@ -40,6 +40,7 @@ _GAUSSIAN = "Gaussian perturbations"
 _THEORY = "Theory: two-layer linear networks"
 _CURVATURE = "Sharpness and the quadratic prediction (Appendix D)"
 _LINEAR = "Linearization, the NTK and mitigations"
+_TRANSFER = "Theory: transfer (features are fate, linear teachers) and why overtraining needs depth"
 
 FIGURES: tuple[Figure, ...] = (
     Figure("progressive_sensitivity", "figures", _GAUSSIAN, "sweep"),
@@ -65,6 +66,14 @@ FIGURES: tuple[Figure, ...] = (
     Figure("theory_delta_pre", "theory", _THEORY, "theory"),
     Figure("theory_finetune_loss", "theory", _THEORY, "theory"),
     Figure("theory_lambda_sweep", "theory", _THEORY, "theory"),
+    Figure("transfer_faf_linear", "theory_transfer", _TRANSFER, "theory"),
+    Figure("transfer_faf_ridge", "theory_transfer", _TRANSFER, "theory"),
+    Figure("transfer_faf_finetune", "theory_transfer", _TRANSFER, "theory"),
+    Figure("transfer_faf_distance", "theory_transfer", _TRANSFER, "theory"),
+    Figure("transfer_lt_alignment", "theory_transfer", _TRANSFER, "theory"),
+    Figure("transfer_lt_depth", "theory_transfer", _TRANSFER, "theory"),
+    Figure("transfer_lt_frozen", "theory_transfer", _TRANSFER, "theory"),
+    Figure("transfer_overtraining", "theory_transfer", _TRANSFER, "theory"),
 )
 
 

@@ -15,6 +15,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pipeline.theory.transfer_config import check_transfer
+
 log = logging.getLogger(__name__)
 
 SPECTRUM_KINDS = ("geometric", "power", "values")
@@ -76,13 +78,14 @@ def spectrum_values(spec: Mapping[str, Any], d: int, name: str = "spectrum") -> 
     return check_spectrum(s, name)
 
 
-def check_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+def check_config(cfg: Mapping[str, Any], transfer: bool = True) -> dict[str, Any]:
     """Check the `theory` config section; its values (spectra as lists). Errors name the offending key.
 
     Only problems that would make the numbers meaningless are errors (a spectrum that is not
     positive and strictly decreasing, an infinite γ, …). config/schema/theory.yaml checks each key's
     type and range first; this adds what a schema cannot say (orderings, cross-key bounds,
-    finiteness, the spectra's values).
+    finiteness, the spectra's values). transfer: also check theory.transfer (transfer_config.py), as
+    start-up does; the theory stage itself does not read that subsection and skips it.
     """
     d = cfg["d"]
     tau = _finite(cfg["tau"], "theory.tau", "a finite tau > 0 (small init e^-tau)")
@@ -126,7 +129,7 @@ def check_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
         )
         sigma_ft = spectrum_values(task["spectrum"], d, f"theory.finetune.tasks.{name}.spectrum")
         tasks[name] = {"pretrain": pre, "sigma_ft": sigma_ft}
-    return {
+    out = {
         "d": d,
         "tau": tau,
         "dt": dt,
@@ -142,6 +145,9 @@ def check_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
         "alpha": alpha,
         "tasks": tasks,
     }
+    if transfer:
+        check_transfer(cfg["transfer"], cfg)
+    return out
 
 
 def validate_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,7 +159,7 @@ def validate_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
 
     from pipeline.theory.spectra import make_spectrum
 
-    c = check_config(cfg)
+    c = check_config(cfg, transfer=False)
     spectra = {
         name: make_spectrum(spec, c["d"], f"theory.spectra.{name}") for name, spec in cfg["spectra"].items()
     }

@@ -15,6 +15,7 @@ from pipeline.curvature.config import CurvatureConfig
 from pipeline.fields import tagged
 from pipeline.judge.config import judge_params as _judge_params
 from pipeline.sweeps.lr_search import SELECT_METRIC, SELECT_SPLIT
+from pipeline.theory.transfer_config import transfer_inputs
 from pipeline.train.config import FinetuneConfig, PretrainConfig, changes_numbers, hyperparameters
 from pipeline.workflow.config import (
     alpaca_eval_config,
@@ -150,3 +151,14 @@ def judge_params(config: dict) -> dict | None:
         "reference": asdict(section.reference),
         "base": section.base,
     }
+
+
+def theory_params(config: dict) -> dict:
+    """Rule theory's params: the `theory` section but `transfer` (a transfer change reruns nothing here)."""
+    return {k: v for k, v in config["theory"].items() if k != "transfer"}
+
+
+def theory_transfer_params(config: dict) -> dict:
+    """Rule theory_transfer's params: theory.transfer and the keys of `theory` the stage reads (the
+    pre-training trajectory and the fine-tuning task of the one-layer vs deep panel)."""
+    return transfer_inputs(config["theory"])

@@ -304,7 +304,8 @@ def all_outputs(config: dict, checkpoints: Checkpoints) -> list[str]:
     if linearization_enabled(config):
         out += stage_figures(config, "linearization")
     if theory_enabled(config):
-        out += [path(config, layout.THEORY_METRICS)] + stage_figures(config, "theory")
+        out += [path(config, layout.THEORY_METRICS), path(config, layout.THEORY_TRANSFER)]
+        out += stage_figures(config, "theory")
     return out
 
 

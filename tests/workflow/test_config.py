@@ -199,6 +199,11 @@ THEORY_CASES = [
     ({"theory.finetune.lambdas": [0.0, math.inf]}, "theory.finetune.lambdas: lambda must be finite and >= 0"),
     ({"theory.finetune.learning_rate": math.inf}, "theory.finetune.learning_rate: need a finite value > 0"),
     ({"theory.finetune.alpha": math.inf}, "theory.finetune.alpha: need a finite alpha > 0"),
+    # theory.transfer (pipeline/theory/transfer_config.py; every case: tests/theory/test_transfer.py)
+    (
+        {"theory.transfer.features_are_fate.n": [20, 100]},
+        "theory.transfer.features_are_fate.n: grid point n = 100 with d = 100",
+    ),
 ]
 
 

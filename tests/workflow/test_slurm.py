@@ -46,6 +46,9 @@ BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sco
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 MARKER = "OVERTRAIN_TEST_CLUSTER"  # in the environment of every process this module starts
 STUDY = "ci-slurm"
+# two of the smoke study's three budgets: every rule and group still runs (8 fewer sbatch jobs), and
+# each checkpoint's rows are the local smoke study's (nothing a checkpoint computes reads the others)
+CLUSTER_BUDGETS = [16384, 262144]
 
 
 def _missing() -> list[str]:
@@ -327,11 +330,13 @@ def run_id(output: str) -> str:
 def cluster_args(c: Cluster, tmp: Path) -> list[str]:
     """The profile as a user runs it, with this cluster's partition in place of the placeholders
     (a command-line --default-resources replaces the profile's list, dropping slurm_account:
-    this cluster has no accounting) and a 1 s first status check."""
+    this cluster has no accounting), a 1 s first status check and 1 s between checks (the
+    default 10 s delays every dependency level of the DAG by up to 10 s)."""
     return [
         "--workflow-profile", str(PROFILE),
         "--default-resources", f"slurm_partition={c.partition}",
         "--slurm-init-seconds-before-status-checks", "1",
+        "--seconds-between-status-checks", "1",
         "--slurm-logdir", str(tmp / "slurm_logs"),
     ]  # fmt: skip
 
@@ -342,7 +347,7 @@ def cluster_run(cluster, tmp_path_factory):
     (cpus_per_task), so torch must follow SLURM_CPUS_PER_TASK, not the rule's threads."""
     tmp = tmp_path_factory.mktemp("cluster-run")
     shutil.rmtree(ROOT / "results" / STUDY, ignore_errors=True)
-    cfg = write_config(tmp, smoke_config(study=STUDY))
+    cfg = write_config(tmp, smoke_config(study=STUDY, **{"pretrain.budgets": CLUSTER_BUDGETS}))
     threads = [
         "--set-threads",
         "pretrain=2",
@@ -364,15 +369,20 @@ def cluster_run(cluster, tmp_path_factory):
 def test_cluster_results_equal_a_local_run(cluster_run, tmp_path_factory):
     out, _, _ = cluster_run
     _, _, local_metrics = local_smoke_study(tmp_path_factory.mktemp("local"), SMOKE_STUDY)
-    cols = [c for c in METRIC_COLUMNS if c != "study"]
+    cols = [c for c in METRIC_COLUMNS if c not in ("study", "config_hash")]  # the budgets differ
     keys = [c for c in cols if c not in ("value", "diverged")]
     a = (
         pd.read_parquet(out / "metrics.parquet")[cols]
         .sort_values(keys, na_position="first")
         .reset_index(drop=True)
     )
-    b = pd.read_parquet(local_metrics)[cols].sort_values(keys, na_position="first").reset_index(drop=True)
-    assert len(a) == len(b) > 0
+    b = pd.read_parquet(local_metrics)
+    b = (
+        b[b["budget"].isin(CLUSTER_BUDGETS)][cols]
+        .sort_values(keys, na_position="first")
+        .reset_index(drop=True)
+    )
+    assert set(a["budget"]) == set(CLUSTER_BUDGETS) and len(a) == len(b) > 0
     pd.testing.assert_frame_equal(a, b, check_exact=True)
     for name in ("progressive_sensitivity.png", "inflection_point.png", "pretrain_loss.png"):
         assert (out / "figures" / name).stat().st_size > 10_000
@@ -381,7 +391,7 @@ def test_cluster_results_equal_a_local_run(cluster_run, tmp_path_factory):
 def test_torch_threads_follow_the_allocation(cluster_run):
     out, _, _ = cluster_run
     logs = sorted((out / "logs").glob("p*/*.log"))
-    assert len(logs) == 6  # 3 pretrain + 3 perturb
+    assert len(logs) == 2 * len(CLUSTER_BUDGETS)  # pretrain + perturb per budget
     for log in logs:
         assert "torch threads: 1 (rule threads 2, SLURM_CPUS_PER_TASK 1)" in log.read_text(), log
 
