@@ -33,7 +33,7 @@ apt-packages:
 
 # two pytest-xdist workers; the tests of one study stay on one worker (tests/conftest.py)
 test: setup apt-packages
-	$(PY) -m pytest -q -n 2 --dist loadgroup tests
+	$(PY) -m pytest -q -n 2 tests
 
 smoke: setup
 	.venv/bin/snakemake --cores $(CORES) --configfile tests/smoke/config.yaml

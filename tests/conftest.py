@@ -19,25 +19,32 @@ from pipeline.models.checkpoints import CheckpointSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ROOT / "data" / "packages"
-# `make test` runs the suite on 2 pytest-xdist workers (--dist loadgroup). Tests that run a whole
-# study share its results/<study> directory (and the session's local smoke study): each group runs
-# on one worker, in order; every other test goes to whichever worker is free.
-XDIST_GROUPS = {
-    "workflow/test_judge_workflow.py": "judge-study",
-    "workflow/test_search_workflow.py": "search-study",
-    "test_gpu_kit.py": "gpu-kit-study",
+# `make test` runs the suite on 2 pytest-xdist workers. Tests that run a whole study share its
+# results/<study> directory (and the session's local smoke study): each study's tests run on one
+# worker, in order; every other test goes to whichever worker is free (`pytest_xdist_make_scheduler`).
+STUDY_OF_FILE = {
+    "tests/workflow/test_judge_workflow.py": "judge-study",
+    "tests/workflow/test_search_workflow.py": "search-study",
+    "tests/test_gpu_kit.py": "gpu-kit-study",
 }
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test of tests/workflow/ (the smoke study and the cluster) in one xdist group, the
-    studies of their own in theirs (XDIST_GROUPS)."""
-    here = Path(__file__).parent
-    for item in items:
-        rel = item.path.relative_to(here).as_posix()
-        group = XDIST_GROUPS.get(rel) or ("smoke-study" if rel.startswith("workflow/") else None)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+def study_of(nodeid: str) -> str | None:
+    """The study a test runs (its xdist scope), or None for a test of its own."""
+    path = nodeid.split("::", 1)[0]
+    return STUDY_OF_FILE.get(path) or ("smoke-study" if path.startswith("tests/workflow/") else None)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's load-by-scope scheduling with a study's tests as one scope (xdist's own `loadgroup`
+    marks do not reach its scheduler under pytest 9, whose node ids no longer come from `_nodeid`)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByStudy(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return study_of(nodeid) or nodeid
+
+    return ByStudy(config, log)
 
 
 @pytest.fixture(scope="session")
