@@ -10,9 +10,9 @@ For one pre-trained checkpoint of a study and one of its task tables it times:
 - a default fine-tuning job's wall time, from the study's own benchmark files (median);
 - training throughput (tokens/s) of full fine-tuning and of LoRA (r = 4, alpha 8, q/k/v/o) on the
   same batches, alternated `--repeats` times;
-- a linearized training step (pipeline/train/linearized.py: one jvp without a graph, then one
-  ordinary backward at θ_pre) against backpropagating through the jvp (the first implementation,
-  rebuilt here as `through_jvp`), alternated on the same batches, with their gradients compared.
+- a linearized training step (pipeline/train/linearized.py: backpropagating through the jvp)
+  against a graph-free jvp plus one ordinary backward at θ_pre (`jvp_then_backward`), alternated on
+  the same batches, with their gradients compared.
 
 usage: python bench/bench_linearization.py results/default tiny-8000000 code [--repeats 3]
 """
@@ -32,6 +32,7 @@ from pipeline.curvature.linearization import finetuned_gap
 from pipeline.curvature.ntk import ntk_rows
 from pipeline.data.encode import lm_sampler, read_task, split_of_task
 from pipeline.data.heldout import heldout_eval_set, lm_eval_set
+from pipeline.models.build import build_model, model_config
 from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.models.loading import load_checkpoint
 from pipeline.models.trained_params import select
@@ -43,8 +44,10 @@ from pipeline.train.loop import train
 LORA = {"lora": {"rank": 4, "alpha": 8.0, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}}
 
 
-def through_jvp(model: torch.nn.Module, pre: dict[str, torch.Tensor]) -> None:
-    """The tangent model by backpropagating through a jvp differentiable in θ (the contender)."""
+def jvp_then_backward(model: torch.nn.Module, pre: dict[str, torch.Tensor]) -> None:
+    """The tangent model by a graph-free jvp for its value and one ordinary backward at θ_pre for its
+    gradient Jᵀ ∂L/∂f (the forward adds f(θ') − f(θ').detach(), θ' = θ_pre in value, the identity in
+    gradient): the contender of pipeline/train/linearized.py's backward through the jvp."""
     names = list(pre)
     real_forward = model.forward
     inside = {"on": False}
@@ -55,30 +58,34 @@ def through_jvp(model: torch.nn.Module, pre: dict[str, torch.Tensor]) -> None:
             return real_forward(*args, **kwargs)
         kwargs = {k: v for k, v in kwargs.items() if k in ("input_ids", "attention_mask")}
         named = dict(model.named_parameters())
-        delta = {n: named[n] - pre[n] for n in names}
+
+        def logits(params):
+            return torch.func.functional_call(model, params, args, kwargs).logits
+
         inside["on"] = True
         try:
-            f0, jd = torch.func.jvp(
-                lambda p: torch.func.functional_call(model, p, args, kwargs).logits, (dict(pre),), (delta,)
-            )
+            with torch.no_grad():
+                delta = {n: named[n].detach() - pre[n] for n in names}
+                f0, jd = torch.func.jvp(logits, (dict(pre),), (delta,))
+            attached = logits({n: named[n] - delta[n] for n in names})
         finally:
             inside["on"] = False
-        return SimpleNamespace(logits=f0.detach() + jd)
+        return SimpleNamespace(logits=(f0 + jd) + (attached - attached.detach()))
 
     model.forward = forward
 
 
-def linearized_steps(spec, path, sampler, steps: int, repeats: int) -> dict[str, list[float]]:
-    """Seconds per linearized training step of each implementation, alternated; and the relative
-    difference of their gradients on one batch after both trained the same steps (the same math:
-    rounding only)."""
-    implementations = {"jvp + backward": linearize, "through the jvp": through_jvp}
+def linearized_steps(load, sampler, steps: int, repeats: int) -> dict[str, list[float]]:
+    """Seconds per linearized training step of each implementation (`load()`: a fresh model),
+    alternated; and the relative difference of their gradients on one batch after both trained the
+    same steps (the same math: rounding only)."""
+    implementations = {"through the jvp": linearize, "jvp + backward": jvp_then_backward}
     cfg = TrainConfig(steps=steps, lr=1e-3, weight_decay=0.0, log_every=10**6, checkpoint_every=10**6)
     out: dict[str, list[float]] = {k: [] for k in implementations}
     grads = {}
     for _ in range(repeats):
         for name, make in implementations.items():
-            model, *_ = load_checkpoint(spec, path, "cpu", dtype=torch.float32)
+            model = load()
             make(model, {n: p.detach().clone() for n, p in model.named_parameters()})
             out[name].append(train(model, sampler.batch, cfg).seconds / steps)
             batch = sampler.batch(0)
@@ -98,6 +105,12 @@ def main() -> None:
     ap.add_argument("task")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument(
+        "--linearized-presets",
+        nargs="*",
+        default=["olmo-15m", "olmo-30m"],
+        help="size presets (random weights, the study's tokenizer) the linearized step is also timed on",
+    )
     args = ap.parse_args()
     torch.set_num_threads(1)
     model_name, budget = args.checkpoint.rsplit("-", 1)
@@ -143,7 +156,16 @@ def main() -> None:
             result = train(trained, sampler.batch, cfg)
             rates[kind].append(args.steps * 16 * 128 / result.seconds)
 
-    steps = linearized_steps(spec, path, sampler, max(5, args.steps // 3), args.repeats)
+    n_steps = max(5, args.steps // 3)
+
+    def checkpoint() -> torch.nn.Module:
+        return load_checkpoint(spec, path, "cpu", dtype=torch.float32)[0]
+
+    linear = {args.checkpoint: linearized_steps(checkpoint, sampler, n_steps, args.repeats)}
+    for preset in args.linearized_presets:
+        config = model_config(preset, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
+        config.attention_dropout = 0.0  # both implementations must see the same function
+        linear[preset] = linearized_steps(lambda c=config: build_model(c, seed=0), sampler, 3, args.repeats)
 
     print(f"{args.checkpoint} on {args.task} (1 thread, {args.repeats} repeats, median):")
     print(f"  default fine-tuning job (study's benchmark files, n = {len(jobs)}): {job:.1f} s")
@@ -160,11 +182,12 @@ def main() -> None:
         "| LoRA:",
         ", ".join(f"{x:,.0f}" for x in rates["lora"]),
     )
-    new, old = statistics.median(steps["jvp + backward"]), statistics.median(steps["through the jvp"])
-    print(
-        f"  linearized training step: jvp + backward {new:.3f} s, through the jvp {old:.3f} s "
-        f"({old / new:.2f}x); gradients differ by {steps['gradient difference'][0]:.1e} (relative)"
-    )
+    for model_name, steps in linear.items():
+        ours, other = statistics.median(steps["through the jvp"]), statistics.median(steps["jvp + backward"])
+        print(
+            f"  linearized training step, {model_name}: through the jvp {ours:.3f} s, jvp + backward "
+            f"{other:.3f} s ({other / ours:.2f}x); gradients differ by {steps['gradient difference'][0]:.1e}"
+        )
 
 
 if __name__ == "__main__":
