@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 STAMP   := .venv/.installed
 CORES   ?= all
 
-.PHONY: setup apt-packages study test smoke demo alpaca-eval-demo lint bench clean docs gpu-check gpu-wheels gpu-kit
+.PHONY: setup apt-packages study test smoke demo alpaca-eval-demo vlm-demo lint bench clean docs gpu-check gpu-wheels gpu-kit
 
 setup: $(STAMP) data/packages/.fetched
 
@@ -59,6 +59,11 @@ demo: setup $(STANDIN)
 # instruction-tuned at two learning rates, judged by itself against the reference run.
 alpaca-eval-demo: setup $(STANDIN)
 	.venv/bin/snakemake --cores $(CORES) --configfile config/alpaca-eval-demo.yaml
+
+# The paper's multimodal setting offline (docs/multimodal.md): LLaVA's two stages on the study's own
+# pre-training sweep, with the toy corpus of real images from pinned packages (config/vlm-demo.yaml).
+vlm-demo: setup
+	.venv/bin/snakemake --cores $(CORES) --configfile config/vlm-demo.yaml
 
 lint: setup
 	.venv/bin/ruff check pipeline rules bench tests

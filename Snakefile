@@ -28,6 +28,7 @@ include: "rules/finetune.smk"
 include: "rules/alpaca_eval.smk"
 include: "rules/curvature.smk"
 include: "rules/linearization.smk"
+include: "rules/multimodal.smk"
 include: "rules/analysis.smk"
 include: "rules/theory.smk"
 

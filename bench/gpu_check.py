@@ -22,6 +22,8 @@ next ones:
    FSDP2 path end to end) against the same job in one process (within bf16 tolerance), then
    stopped after some steps as if killed and resumed from its DCP state (equal to uninterrupted).
 6. generation: HF `generate` of the model in bf16 (float32 on CPU), greedy: tokens/s per batch size.
+7. vlm: LLaVA's stage 2 on a random CLIP ViT-L/14-336 tower (frozen) around the model, bf16-mixed
+   with activation checkpointing: step time and peak memory beside the planner (docs/multimodal.md).
 
 Runs on the GPU image's own torch / transformers / accelerate (no pins: tests/test_gpu_kit.py runs
 it on CPU in a virtual environment shaped like the image). On a CPU (`--device cpu --model tiny`)
@@ -563,6 +565,81 @@ def step_generation(args, device: torch.device) -> dict:
 
 # --- the run ------------------------------------------------------------------------------------
 
+
+def step_vlm(args, device: torch.device) -> dict:
+    """LLaVA's stage 2 on the device: a random CLIP ViT-L/14-336 tower (frozen, 576 image tokens) and
+    projector around the model of --model (OLMo-1B's architecture on a GPU), bf16-mixed with
+    activation checkpointing, by the pipeline's loop: step time and peak memory beside the planner
+    (the tower counted as frozen parameters). On a CPU (--model tiny) a tiny tower."""
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    from pipeline.data.batches import IGNORE_INDEX
+    from pipeline.models.shapes import shape_of
+    from pipeline.multimodal.config import HUB_TOWERS
+    from pipeline.multimodal.llava import build_llava
+    from pipeline.multimodal.tower import patch_tokens
+    from pipeline.train.config import TrainConfig
+    from pipeline.train.loop import train
+    from pipeline.train.memory import GIB, estimate
+    from pipeline.train.recompute import enable_activation_checkpointing
+
+    hidden, inter, layers, size, patch = (
+        HUB_TOWERS["openai/clip-vit-large-patch14-336"] if args.model != "tiny" else (32, 64, 2, 32, 8)
+    )
+    heads = 16 if args.model != "tiny" else 4
+    lm = fresh_model(args.model, device)
+    enable_activation_checkpointing(lm)
+    torch.manual_seed(1)
+    tower_cfg = CLIPVisionConfig(
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        image_size=size,
+        patch_size=patch,
+    )
+    tower = CLIPVisionModel(tower_cfg).to(device)
+    image_token = lm.config.vocab_size - 1  # a spare row (OLMo-1B has 24): no resizing
+    model = build_llava(lm, tower, image_token, projector_seed=0)
+    for n, p_ in model.named_parameters():
+        p_.requires_grad_(not n.startswith("model.vision_tower."))
+    n_image = patch_tokens(tower_cfg)
+    seq_len = max(args.seq_len, n_image + 16)
+
+    def batch_fn(step: int) -> dict[str, torch.Tensor]:
+        gen = torch.Generator().manual_seed(step)
+        rows = torch.randint(2, image_token, (args.batch, seq_len + 1), generator=gen)
+        rows[:, 1 : 1 + n_image] = image_token
+        labels = rows[:, 1:].clone()
+        labels[:, :n_image] = IGNORE_INDEX
+        pixels = torch.randn(args.batch, 3, size, size, generator=gen)
+        return {"input_ids": rows[:, :-1], "labels": labels, "pixel_values": pixels}
+
+    stamps: list[float] = []
+
+    def on_step_end(step: int) -> None:
+        sync(device)
+        stamps.append(time.perf_counter())
+
+    reset_peak(device)
+    cfg = TrainConfig(steps=args.steps, lr=1e-5, precision=args.precision, log_every=args.steps)
+    train(model, batch_fn, cfg, on_step_end=on_step_end)
+    timed = stamps[args.warmup - 1 :]
+    tower_params = sum(t.numel() for t in tower.parameters())
+    planned = estimate(shape_of(lm.config), 1, args.batch, seq_len, args.precision, True, frozen=tower_params)
+    peak = peak_gib(device)
+    return {
+        "step_s": (timed[-1] - timed[0]) / (len(timed) - 1),
+        "tokens_per_s": args.batch * seq_len * (len(timed) - 1) / (timed[-1] - timed[0]),
+        "image_tokens": n_image,
+        "tower_params": tower_params,
+        "peak_gib": peak,
+        "planner_gib": planned.total / GIB,
+        "planner": planned.describe(),
+        "peak_over_planner": peak / (planned.total / GIB) if peak else None,
+    }
+
+
 STEPS: dict[str, Callable[[argparse.Namespace, torch.device], dict]] = {
     "cuda_tests": step_cuda_tests,
     "training": step_training,
@@ -570,6 +647,7 @@ STEPS: dict[str, Callable[[argparse.Namespace, torch.device], dict]] = {
     "study": step_study,
     "torchrun": step_torchrun,
     "generation": step_generation,
+    "vlm": step_vlm,
 }
 
 

@@ -47,6 +47,12 @@ BASE_GENERATIONS = "alpaca_eval/base/{checkpoint}.generations.parquet"
 JUDGE_ANNOTATIONS = "alpaca_eval/{judge}/{checkpoint}/{task}.annotations.parquet"
 JUDGE_PART = "alpaca_eval/{judge}/{checkpoint}/{task}.parquet"
 JUDGE_CACHE = "alpaca_eval/.cache/{judge}/{checkpoint}/{task}.parquet"
+# LLaVA (docs/multimodal.md): the study's LLaVA data (where each part is), its vision tower, each
+# checkpoint's stage-1 projector, and a stage-2 model in transformers' format (multimodal.save_hf)
+VLM_DATA = "data/vlm/data.json"
+VLM_TOWER = "data/vlm/tower"
+VLM_PROJECTOR = "finetune/{checkpoint}/{task}/projector.pt"
+VLM_HF = "finetune/{checkpoint}/{task}/{method}/lr{lr}_lam{lam}_seed{seed}.hf"
 METRICS = "metrics.parquet"
 INFLECTION = "analysis/inflection.parquet"
 FINETUNE_TUNED = "analysis/finetune_tuned.parquet"

@@ -5,8 +5,9 @@ from dataclasses import asdict
 from snakemake.logging import logger
 
 from pipeline.data.tasks import TASK_NAMES
+from pipeline.multimodal.config import VLM_TASKS
 from pipeline import layout
-from pipeline.workflow import cluster, targets
+from pipeline.workflow import cluster, multimodal, targets
 from pipeline.workflow.config import (
     alpaca_eval_config,
     alpaca_eval_enabled,
@@ -39,12 +40,15 @@ from pipeline.workflow.params import (
     theory_transfer_params,
 )
 
+TEXT_TASK = "|".join(TASK_NAMES)  # rules finetune and task_base; the LLaVA rules take VLM_TASK
+VLM_TASK = "|".join(VLM_TASKS)
+
 
 wildcard_constraints:
     model=r"[A-Za-z0-9_.-]+",
     budget=r"\d+",
     checkpoint=r"[A-Za-z0-9._-]+",
-    task="|".join(TASK_NAMES),
+    task=f"{TEXT_TASK}|{VLM_TASK}",
     lr=r"[0-9.e+-]+",
     lam=r"[0-9.e+-]+",
     method=r"[a-z][a-z0-9-]*",
@@ -195,6 +199,29 @@ def check_judge(jobs):
 
 def ntk_task_tables(wildcards):
     return targets.ntk_task_tables(config)
+
+
+# --- LLaVA (rules/multimodal.smk) ------------------------------------------------------------------
+
+
+def vlm_data_params(config):
+    return multimodal.data_params(config)
+
+
+def vlm_tower_params(config):
+    return multimodal.tower_params(config)
+
+
+def vlm_stage1_params(config):
+    return multimodal.stage1_params(config)
+
+
+def vlm_stage2_params(config):
+    return multimodal.stage2_params(config)
+
+
+def vlm_tower_tokenizer(wildcards):
+    return targets.vlm_tower_tokenizer(config, CHECKPOINTS)
 
 
 def check_lora(jobs):

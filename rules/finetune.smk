@@ -33,6 +33,8 @@ rule task_base:
         study_path("logs/finetune/{checkpoint}/{task}/base.log"),
     benchmark:
         study_path("benchmarks/finetune/{checkpoint}/{task}/base.tsv")
+    wildcard_constraints:
+        task=TEXT_TASK,
     conda:
         "../envs/overtrain.yaml"
     threads: config["finetune"]["threads"]
@@ -60,6 +62,8 @@ rule finetune:
         study_path("logs/finetune/{checkpoint}/{task}/{method}/lr{lr}_lam{lam}_seed{seed}.log"),
     benchmark:
         study_path(layout.FINETUNE_BENCHMARK)
+    wildcard_constraints:
+        task=TEXT_TASK,
     conda:
         "../envs/overtrain.yaml"
     threads: config["finetune"]["threads"]

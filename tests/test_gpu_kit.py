@@ -63,7 +63,7 @@ def test_the_kit_runs_end_to_end_in_an_image_shaped_environment(image_python, tm
     report = json.loads((out / "gpu-check.json").read_text())
     assert report["transformers"] == "5.17.0"  # the image's, not our pin
     steps = report["steps"]
-    assert list(steps) == ["cuda_tests", "training", "perturb_eval", "study", "torchrun", "generation"]
+    assert list(steps) == ["cuda_tests", "training", "perturb_eval", "study", "torchrun", "generation", "vlm"]
     assert steps["cuda_tests"]["status"] == "skip"  # no CUDA here: every CUDA test skips itself
     assert all(s["status"] == "pass" for name, s in steps.items() if name != "cuda_tests"), steps
     study = steps["study"]["figures"]
@@ -74,6 +74,8 @@ def test_the_kit_runs_end_to_end_in_an_image_shaped_environment(image_python, tm
     assert run["backend"] == "gloo" and run["max_rel_diff_rank_vs_single"] <= 1e-4
     assert run["max_rel_diff_resumed_vs_uninterrupted"] == 0.0  # a resume is exact on CPU
     assert set(steps["generation"]["figures"]["tokens_per_s"]) == {"1", "4"}
+    vlm = steps["vlm"]["figures"]  # LLaVA's stage 2 by the pipeline's loop, a tiny tower on a CPU
+    assert vlm["image_tokens"] == 16 and vlm["tower_params"] > 0 and vlm["step_s"] > 0
     assert "ours / Trainer" in done.stdout  # the summary table
     sys.path.insert(0, str(ROOT / "bench"))
     from gpu_kit_data import travelling_mib

@@ -19,6 +19,7 @@ STAGES = (
     "benchmarks",
     "curvature",
     "linearization",
+    "multimodal",
     "theory",
 )
 
@@ -66,6 +67,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure("theory_delta_pre", "theory", _THEORY, "theory"),
     Figure("theory_finetune_loss", "theory", _THEORY, "theory"),
     Figure("theory_lambda_sweep", "theory", _THEORY, "theory"),
+    Figure("vlm_benchmarks", "vlm_figures", "Multimodal fine-tuning (LLaVA)", "multimodal"),
     Figure("transfer_faf_linear", "theory_transfer", _TRANSFER, "theory"),
     Figure("transfer_faf_ridge", "theory_transfer", _TRANSFER, "theory"),
     Figure("transfer_faf_finetune", "theory_transfer", _TRANSFER, "theory"),

@@ -37,6 +37,12 @@ def plottable_lrs(d: pd.DataFrame, max_pretrain_ppl: float | None) -> set[float]
     return {lr for lr in lrs if worst.get(lr, np.inf) < max_pretrain_ppl}
 
 
+def held_split(rows: pd.DataFrame, task: str) -> str:
+    """The in-domain split the figures show: test, or validation for a task without one (LLaVA's
+    held-out conversations; its test is the VLM benchmarks, pipeline/analysis/multimodal_figures.py)."""
+    return "test" if ((rows["eval_data"] == task) & (rows["split"] == "test")).any() else "validation"
+
+
 def plot_fixed_lr(
     d: pd.DataFrame,
     base: pd.DataFrame,
@@ -61,11 +67,12 @@ def plot_fixed_lr(
         p = pre[(pre["model"] == model) & (pre["task"] == task)]
         keep = plottable_lrs(p, max_pretrain_ppl)
         p = p[p["learning_rate"].isin(keep)]
+        held = held_split(sft, task)
         idt = sft[
             (sft["model"] == model)
             & (sft["task"] == task)
             & (sft["eval_data"] == task)
-            & (sft["split"] == "test")
+            & (sft["split"] == held)
             & sft["learning_rate"].isin(keep)
         ]
         palette = _lr_palette(p["learning_rate"])
@@ -73,7 +80,7 @@ def plot_fixed_lr(
         panels = (
             (row[0], p, "delta_log", "Δ log pre-training ppl  ln(fine-tuned / base)"),
             (row[1], p, "value", "pre-training ppl after fine-tuning"),
-            (row[2], idt, "value", f"{task} test ppl after fine-tuning"),
+            (row[2], idt, "value", f"{task} {held} ppl after fine-tuning"),
             (row[3], p, "delta", "Δ pre-training ppl (fine-tuned − base)"),
         )
         for ax, data, col, ylabel in panels:
@@ -95,7 +102,7 @@ def plot_fixed_lr(
             ax.set_ylabel(ylabel)
         bm = base[(base["model"] == model) & (base["modification"] == "none")]
         _base_line(row[1], bm[(bm["eval_data"] == "pretrain") & (bm["split"] == p["split"].iloc[0])])
-        _base_line(row[2], bm[(bm["eval_data"] == task) & (bm["split"] == "test")])
+        _base_line(row[2], bm[(bm["eval_data"] == task) & (bm["split"] == held)])
         for ax in row[1:3]:
             ax.set_yscale("log")
         im = inflection[
@@ -124,8 +131,9 @@ def plot_tuned(
     for row, (model, task) in zip(axes, keys):
         t = tuned[(tuned["model"] == model) & (tuned["task"] == task)]
         o = optimal[(optimal["model"] == model) & (optimal["task"] == task)]
+        held = held_split(t, task)
         for ax, (eval_data, split, label) in zip(
-            row[:2], (("pretrain", None, "pre-training ppl"), (task, "test", f"{task} test ppl"))
+            row[:2], (("pretrain", None, "pre-training ppl"), (task, held, f"{task} {held} ppl"))
         ):
             c = t[
                 (t["eval_data"] == eval_data)

@@ -24,6 +24,9 @@ class SizePreset:
 SIZE_PRESETS: dict[str, SizePreset] = {
     # CPU default: the toy scale at which the effect shows on ~8M tokens in minutes.
     "tiny": SizePreset(32, 2, 4, 128, 128),
+    # the multimodal demo (config/vlm-demo.yaml): LLaVA's v1 template, 16 image tokens and the toy
+    # benchmarks' prompts take up to ~170 tokens, more than tiny's 128 positions
+    "small": SizePreset(64, 2, 4, 256, 256),
     # Table 3 (the paper also uses 0.1 residual/embedding dropout, which the HF Olmo2
     # architecture does not have; attention dropout is kept).
     "olmo-15m": SizePreset(192, 3, 3, 768, 1024, attention_dropout=0.1),

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from pipeline.fields import NEITHER, meta
+from pipeline.fields import NEITHER, NUMBERS, meta
 
 EVAL_SETS = ("mme", "gqa", "ai2d", "pope", "textvqa")  # the toy analogues of the five VLM benchmarks
 ON_MISSING = ("error", "skip")  # what a missing or unreadable image does (pipeline.multimodal.images)
@@ -97,3 +97,120 @@ def toy_data_config(cfg: Mapping[str, Any] | None) -> ToyDataConfig:
         if key in given:
             given[key] = tuple(given[key])
     return ToyDataConfig(**given)
+
+
+# the fine-tuning tasks that are LLaVA's stage 2 (finetune.tasks; pipeline/workflow/multimodal.py)
+VLM_TASKS = ("llava",)
+TOWER_SOURCES = ("toy", "hub")
+DATA_SOURCES = ("toy", "local")
+TEMPLATE_STAGE = {"stage1": "plain", "stage2": "v1"}  # LLaVA-1.5's template of each stage
+
+
+@dataclass(frozen=True)
+class TowerConfig:
+    """`multimodal.tower`: the frozen CLIP vision encoder. `hub`: a pre-trained one by id and revision
+    (LLaVA-1.5's CLIP ViT-L/14-336); `toy`: a tiny CLIP the pipeline trains contrastively on the toy
+    corpus's training captions (the fields after `offline`; read only by `toy`)."""
+
+    source: str = "toy"  # toy | hub
+    model_id: str = "openai/clip-vit-large-patch14-336"
+    revision: str = "main"
+    cache_dir: str | None = field(default=None, metadata=meta(NEITHER))
+    offline: bool = field(default=True, metadata=meta(NEITHER))
+    hidden: int = 64  # width of both encoders (MLP 4x)
+    layers: int = 4  # vision encoder layers (LLaVA reads the second-to-last)
+    text_layers: int = 2
+    heads: int = 4
+    patch_size: int = 8  # (image_size / patch_size)^2 image tokens
+    projection_dim: int = 64
+    context: int = 32  # caption tokens
+    steps: int = 600
+    batch_size: int = 128  # pairs per step (the contrastive loss's negatives)
+    lr: float = 1e-3
+    warmup_fraction: float = 0.1
+    weight_decay: float = 0.1
+    heldout: int = 256  # the last training pairs, held out for the retrieval check
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.source not in TOWER_SOURCES:
+            raise ValueError(f"multimodal.tower.source: {self.source!r}; expected one of {TOWER_SOURCES}")
+
+
+@dataclass(frozen=True)
+class Stage1Config:
+    """`multimodal.stage1`: projector training (LLaVA stage 1; the paper's Table 2: batch 256, LR 1e-3,
+    cosine, 50 warmup steps, AdamW, weight decay 0; LLaVA-1.5: one epoch of the captions)."""
+
+    batch_size: int = 256
+    micro_batch_size: int | None = field(default=None, metadata=meta(NUMBERS, recorded=False))
+    lr: float = 1e-3
+    schedule: str = "cosine"
+    warmup_steps: int = 50
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0
+    grad_clip: float | None = 1.0
+    epochs: int = 1
+    max_steps: int | None = None  # cap on optimiser steps (CPU runs)
+    precision: str | None = None  # fp32 | bf16-mixed; null: bf16-mixed on CUDA, fp32 elsewhere
+    seed: int = 0  # the projector's initialisation and the batches' order
+
+
+@dataclass(frozen=True)
+class LocalData:
+    """`multimodal.data.local`: the cluster's LLaVA data in their published formats."""
+
+    stage1: str | None = None  # blip_laion_cc_sbu_558k.json (LCS-558K captions)
+    stage2: str | None = None  # llava_v1_5_mix665k.json (the 665K instruction mix)
+    image_dir: str | None = None  # LLaVA's image_folder: the JSON files' image paths are relative to it
+    eval: Mapping[str, str] = field(default_factory=dict)  # benchmark -> its lmms-lab parquet file or folder
+    eval_image_dir: str | None = None  # where an evaluation image given by path alone is read
+
+
+@dataclass(frozen=True)
+class VlmConfig:
+    """`multimodal`: the LLaVA setting (docs/multimodal.md). Stage 2 is a fine-tuning task
+    (`finetune.tasks: [llava]`) whose hyperparameters are the `finetune:` section's."""
+
+    max_length: int = (
+        2048  # tokens of a training sequence (LLaVA-1.5's model_max_length; capped by the context)
+    )
+    resize_embeddings: bool = True  # the image token may take a new embedding row (Amber, the toy's BPE)
+    on_missing: str = "error"  # a missing or unreadable image: error | skip (counted)
+    max_records: Mapping[str, int | None] = field(default_factory=lambda: {"stage1": None, "stage2": None})
+    eval_max_items: int | None = None  # the first n items of each benchmark (None: all)
+    eval_max_new_tokens: int = 16  # generation cap (lmms-eval's lengths, capped by this)
+    eval_batch_size: int = field(default=16, metadata=meta(NEITHER))
+    save_hf: bool = field(default=False, metadata=meta(NEITHER))  # each stage-2 model in transformers' format
+
+    def __post_init__(self) -> None:
+        if self.on_missing not in ON_MISSING:
+            raise ValueError(f"multimodal.on_missing: {self.on_missing!r}; expected one of {ON_MISSING}")
+
+
+# the shapes of the hub towers the memory planner knows: (hidden, intermediate, layers, image size, patch)
+HUB_TOWERS: dict[str, tuple[int, int, int, int, int]] = {
+    "openai/clip-vit-large-patch14-336": (1024, 4096, 24, 336, 14),  # LLaVA-1.5's
+    "openai/clip-vit-large-patch14": (1024, 4096, 24, 224, 14),  # LLaVA-1.0's
+}
+
+
+def clip_vision_params(hidden: int, intermediate: int, layers: int, image_size: int, patch: int) -> int:
+    """Parameters of a CLIP vision encoder (transformers' CLIPVisionModel): patch and position
+    embeddings with the class token, two layer norms, and per layer attention (4 projections with
+    biases), two norms and the MLP (303,507,456 for CLIP ViT-L/14-336, tested)."""
+    positions = (image_size // patch) ** 2 + 1
+    embeddings = hidden + 3 * patch * patch * hidden + positions * hidden
+    layer = 4 * (hidden * hidden + hidden) + 4 * hidden + 2 * hidden * intermediate + intermediate + hidden
+    return embeddings + 4 * hidden + layers * layer
+
+
+def tower_shape(tower: TowerConfig, toy_image_size: int) -> tuple[int, int] | None:
+    """(parameters, image tokens) of the study's tower (None: a hub tower the planner does not know)."""
+    if tower.source == "toy":
+        dims = (tower.hidden, 4 * tower.hidden, tower.layers, toy_image_size, tower.patch_size)
+    elif tower.model_id in HUB_TOWERS:
+        dims = HUB_TOWERS[tower.model_id]
+    else:
+        return None
+    return clip_vision_params(*dims), (dims[3] // dims[4]) ** 2

@@ -624,7 +624,7 @@ def _mme(cfg: ToyDataConfig, pool: Pool, images: _Images, rng: random.Random) ->
         "OCR": (lambda: pool.single(rng, "word"), q_word_yn),
         "numerical_calculation": (lambda: pool.two_digits(rng), q_sum_yn),
     }
-    rows, templates = [], []
+    rows, templates, seen = [], [], set()
     for subtask, n_images in zip(MME_SUBTASKS, _spread(cfg.items("mme") // 2, len(MME_SUBTASKS))):
         make, gen = makers[subtask]
         done = 0
@@ -634,6 +634,9 @@ def _mme(cfg: ToyDataConfig, pool: Pool, images: _Images, rng: random.Random) ->
             if pair[0] is None or pair[1] is None:
                 continue
             key, png = images.eval(s)
+            if (subtask, key) in seen:  # MME pairs two questions per image: a drawn image repeats (a word)
+                continue
+            seen.add((subtask, key))
             for qa in rng.sample(pair, 2):
                 rows.append(
                     {

@@ -1,4 +1,4 @@
-"""The named fine-tuning learning-rate grids (`finetune.learning_rates: paper | instruct`): the
+"""The named fine-tuning learning-rate grids (`finetune.learning_rates: paper | instruct | llava`): the
 values a fixed-grid sweep fans out over and an adaptive search starts from. Light: read at parse
 time."""
 
@@ -40,10 +40,15 @@ PAPER_FINETUNE_LRS: tuple[float, ...] = (
 INSTRUCT_FINETUNE_LRS: tuple[float, ...] = (1e-6, 5e-6, 1e-5, 5e-5, 8e-5, 1e-4, 2e-4)
 
 
-# Named learning-rate grids: `finetune.learning_rates: paper | instruct`.
+# Table 2 (Appendix B.2): LLaVA's stage 2 (visual instruction tuning; pipeline/multimodal).
+LLAVA_FINETUNE_LRS: tuple[float, ...] = (8e-6, 1e-5, 2e-5, 4e-5, 1e-4)
+
+
+# Named learning-rate grids: `finetune.learning_rates: paper | instruct | llava` (the schema's enum).
 FINETUNE_LR_GRIDS: dict[str, tuple[float, ...]] = {
     "paper": PAPER_FINETUNE_LRS,
     "instruct": INSTRUCT_FINETUNE_LRS,
+    "llava": LLAVA_FINETUNE_LRS,
 }
 
 

@@ -37,11 +37,13 @@ class Selection:
     maximize: bool = False
 
 
-# finetune.select_metric -> its Selection: the in-domain validation perplexity (Section 3.4.2), or
-# the judged win rate against the reference (Appendix B.3: how the paper tunes instruction tuning)
+# finetune.select_metric -> its Selection: the in-domain validation perplexity (Section 3.4.2), the
+# judged win rate against the reference (Appendix B.3: how the paper tunes instruction tuning), or
+# the VLM score (Appendix B.2: how it tunes LLaVA's stage 2; pipeline/multimodal/vlm_eval.py)
 SELECTIONS = {
     "ppl": Selection(None, SELECT_SPLIT, SELECT_METRIC),
     "win_rate": Selection("alpaca_eval", "eval", "win_rate", maximize=True),
+    "vlm_score": Selection("vlm", "eval", "vlm_score", maximize=True),
 }
 MIN_RESOLUTION = 1e-4  # decades: neighbours then differ by 0.023%, still apart at 6 significant digits
 

@@ -11,6 +11,7 @@ model gets a gathered copy on every rank (`full_copy`) and shares its work (pipe
 
 from __future__ import annotations
 
+import copy as copylib
 import logging
 import os
 from collections.abc import Callable
@@ -59,11 +60,29 @@ def check_same(value: object, ranks: Ranks, what: str) -> None:
 
 
 def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
-    """The decoder layers of a transformers causal LM (`model.model.layers`)."""
-    layers = getattr(getattr(model, "model", None), "layers", None)
+    """The decoder layers of a transformers causal LM (`model.model.layers`), or of the language
+    model inside a LLaVA model (`model.model.language_model.layers`)."""
+    inner = getattr(model, "model", None)
+    layers = getattr(getattr(inner, "language_model", inner), "layers", None)
     if not isinstance(layers, torch.nn.ModuleList):
         raise ValueError(f"{type(model).__name__}: no decoder layers at model.model.layers to shard")
     return layers
+
+
+def vision_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The encoder layers of a LLaVA model's vision tower (none for a causal LM)."""
+    tower = getattr(getattr(model, "model", None), "vision_tower", None)
+    if tower is None:
+        return []
+    encoder = getattr(getattr(tower, "vision_model", tower), "encoder", None)
+    return list(getattr(encoder, "layers", []))
+
+
+def plain_class(model: torch.nn.Module) -> type:
+    """The model's own class (FSDP2 makes each sharded module an instance of an FSDP subclass)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return next(c for c in type(model).__mro__ if not issubclass(c, FSDPModule))
 
 
 def tied_output(model: torch.nn.Module) -> bool:
@@ -80,7 +99,7 @@ def shard_model(model: torch.nn.Module, precision: str) -> None:
 
     model = base_model(model)
     policy = fsdp_mixed_precision(precision)
-    for layer in decoder_layers(model):
+    for layer in [*vision_layers(model), *decoder_layers(model)]:  # a LLaVA model's frozen tower too
         fully_shard(layer, mp_policy=policy)
     if tied_output(model):
         log.warning("tied input/output embeddings: the output layer computes in the root's precision")
@@ -132,11 +151,9 @@ def full_copy(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     process (lm-eval, `generate`, the linearization gap) gets on every rank. A sharded model is
     gathered one tensor at a time (a collective: every rank calls it), so the transient memory is
     one float32 tensor beside the copy."""
-    from transformers import AutoModelForCausalLM
-
     device = next(model.parameters()).device
     with torch.device(device):
-        copy = AutoModelForCausalLM.from_config(model.config, dtype=dtype)
+        copy = plain_class(model)._from_config(copylib.deepcopy(model.config), dtype=dtype)
     copy.generation_config = model.generation_config
     attention = getattr(model.config, "_attn_implementation", None)
     if attention is not None:

@@ -40,9 +40,17 @@ from pipeline.evaluate.benchmarks import configured_rows, eval_configured
 from pipeline.evaluate.generation import write_responses
 from pipeline.evaluate.perplexity import EVAL_METRICS, eval_perplexity
 from pipeline.evaluate.tasks import eval_task
-from pipeline.models.loading import default_dtype, dtype_name, load_checkpoint
+from pipeline.models.loading import (
+    checkpoint_config,
+    default_dtype,
+    dtype_name,
+    load_checkpoint,
+    load_checkpoint_tokenizer,
+)
 from pipeline.models.shapes import shape_of
 from pipeline.models.trained_params import base_parameters, describe, merge, select
+from pipeline.multimodal.config import VlmConfig
+from pipeline.multimodal.vlm_task import VlmTask
 from pipeline.ranks import SINGLE, Ranks
 from pipeline.tables import metric_row
 from pipeline.train import resume
@@ -67,6 +75,7 @@ TASK_METRICS = {
     "lm": ("ppl", "loss", "bpb"),
     "classification": ("ppl", "loss", "accuracy"),
     "chat": ("ppl", "loss"),
+    "vlm": ("ppl", "loss", "loss_other_image"),  # held-out conversations (benchmarks: their own rows)
 }
 
 
@@ -202,14 +211,23 @@ def _suite_rows(whole, tokenizer, job: FinetuneJob, common: dict, ranks: Ranks) 
 def _planned_micro_batch(
     model: torch.nn.Module, cfg: FinetuneConfig, max_len: int, ranks: Ranks, gpu: dict
 ) -> int:
-    """The micro-batch the memory planner fits on this job's GPUs (the job's rank count is fixed)."""
-    plan = plan_run(shape_of(model.config), cfg, max_len, gpu, gpus=ranks.world)
+    """The micro-batch the memory planner fits on this job's GPUs (the job's rank count is fixed); a
+    LLaVA model's: its language model's shape, the frozen tower beside it."""
+    text = getattr(model.config, "text_config", model.config)
+    tower = getattr(getattr(model, "model", None), "vision_tower", None)
+    frozen = sum(p.numel() for p in tower.parameters()) if tower is not None else 0
+    plan = plan_run(shape_of(text), cfg, max_len, gpu, gpus=ranks.world, frozen=frozen)
     log.info("memory plan: %s", plan.describe())
     return plan.micro_batch
 
 
+def _positions(model: torch.nn.Module) -> int:
+    """The model's context (a LLaVA model's: its language model's)."""
+    return getattr(model.config, "text_config", model.config).max_position_embeddings
+
+
 def _context(model: torch.nn.Module, cfg: FinetuneConfig) -> int:
-    ctx = model.config.max_position_embeddings
+    ctx = _positions(model)
     return min(cfg.seq_len or ctx, ctx)
 
 
@@ -234,6 +252,24 @@ class Run:
     proximal: ProximalStep | None = None  # the decoupled / selective step, once training set it up
 
 
+def vlm_task(job: FinetuneJob) -> VlmTask | None:
+    """A LLaVA stage-2 job's task (its tokenizer's image token fixed), None for a text task."""
+    if job.vlm is None:
+        return None
+    task = VlmTask.open(
+        job.task_name,
+        "stage2",
+        job.vlm["data"],
+        job.vlm["tower"],
+        VlmConfig(**job.vlm["config"]),
+        projector=job.vlm["projector"],
+    )
+    task.prepare(
+        load_checkpoint_tokenizer(job.spec, job.path), checkpoint_config(job.spec, job.path).vocab_size
+    )
+    return task
+
+
 def set_up(job: FinetuneJob, placement: Whole) -> Run:
     """Load the checkpoint (sharded or whole), keep θ_pre, encode the task's data."""
     torch.manual_seed(job.seed)
@@ -245,14 +281,17 @@ def set_up(job: FinetuneJob, placement: Whole) -> Run:
     if not placement.holds_whole_model and cfg.whole_model_keys():
         keys = ", ".join(cfg.whole_model_keys())
         raise ValueError(f"{keys}: needs the whole model in one process; set finetune.ranks to 1")
+    vlm = vlm_task(job)
     model, tokenizer = placement.load(
         job.spec,
         job.path,
         device,
         cfg.precision,
         cfg.activation_checkpointing,
-        build=lambda m: select(m, cfg.params),
+        build=(lambda m: select(vlm.build(m), cfg.params)) if vlm else (lambda m: select(m, cfg.params)),
     )
+    if vlm:
+        vlm.prepare(tokenizer, vlm.vocab_rows)  # the job's tokenizer gets the same image token
     reference_device = device if job.lambda_reg > 0 or cfg.linearized else "cpu"
     reference = {
         n: placement.local(p).detach().to(reference_device, copy=True) for n, p in base_parameters(model)
@@ -263,13 +302,16 @@ def set_up(job: FinetuneJob, placement: Whole) -> Run:
         if all(n in reference for n, _ in trained)
         else {n: placement.local(p).detach().to(reference_device, copy=True) for n, p in trained}  # adapters
     )
-    task = read_task(job.task_name, job.task_path)
-    max_len = _context(model, cfg)
+    task = vlm or read_task(job.task_name, job.task_path)
+    max_len = vlm.max_len(_positions(model)) if vlm else _context(model, cfg)  # LLaVA: multimodal.max_length
     unlinearize = linearize(model, start) if cfg.linearized else None
     if torch.device(device).type == "cuda" and job.gpu is not None and cfg.micro_batch_size is None:
         planned = _planned_micro_batch(model, cfg, max_len, placement.ranks, job.gpu)
         cfg = dataclasses.replace(cfg, micro_batch_size=planned)
-    batch_fn, per_epoch = _train_data(task, tokenizer, max_len, cfg, job.seed, job)
+    if vlm:
+        batch_fn, per_epoch = vlm.train_batches(tokenizer, max_len, cfg.batch_size, job.seed)
+    else:
+        batch_fn, per_epoch = _train_data(task, tokenizer, max_len, cfg, job.seed, job)
     total = per_epoch * cfg.epochs if cfg.max_steps is None else min(per_epoch * cfg.epochs, cfg.max_steps)
     return Run(
         model,
@@ -282,11 +324,20 @@ def set_up(job: FinetuneJob, placement: Whole) -> Run:
         batch_fn,
         per_epoch,
         total,
-        _eval_data(task, tokenizer, max_len, cfg),
+        vlm.eval_data(tokenizer, max_len, cfg.eval_batch_size)
+        if vlm
+        else _eval_data(task, tokenizer, max_len, cfg),
         placement.compute(cfg.precision, torch.device(device)),
         sum(p.numel() for _, p in trained),
         unlinearize,
     )
+
+
+def _validation(run: Run, model: torch.nn.Module, split: str = "validation") -> dict[str, float]:
+    """In-domain metrics of `model` on one held-out split (a LLaVA stage: its conversations' loss)."""
+    if run.task.kind == "vlm":
+        return run.task.validation(model, run.evals[split])
+    return eval_task(model, run.evals[split], run.tokenizer.pad_token_id, run.cfg.eval_batch_size)
 
 
 def train_run(run: Run, job: FinetuneJob, placement: Whole) -> tuple[TrainResult, BestEpoch]:
@@ -299,7 +350,7 @@ def train_run(run: Run, job: FinetuneJob, placement: Whole) -> tuple[TrainResult
         if step not in boundaries:
             return
         with run.compute:
-            val = eval_task(model, run.evals["validation"], run.tokenizer.pad_token_id, cfg.eval_batch_size)
+            val = _validation(run, model)
         placement.settle(model)
         epoch = step / run.per_epoch
         record = {"step": step, "epoch": epoch, "val_loss": val["loss"], "val_ppl": val["ppl"]}
@@ -364,7 +415,7 @@ def evaluate_run(
         job.corpus_path,
         eval_cfg["split"],
         tokenizer,
-        min(eval_cfg.get("seq_len") or run.max_len, model.config.max_position_embeddings),
+        min(eval_cfg.get("seq_len") or run.max_len, _positions(model)),
         eval_cfg.get("max_tokens"),
     )
     distance = weight_distance(model, run.reference, placement.ranks)  # the training (master) weights
@@ -389,16 +440,19 @@ def evaluate_run(
     # the real model, without the tangent forward
     dtype = next(model.parameters()).dtype if cfg.linearized else default_dtype(torch.device(job.device))
     with placement.whole(model, dtype) as whole:
-        pre = eval_perplexity(whole, pretrain_data, batch_size=eval_cfg["batch_size"])
-        ident = {
-            s: eval_task(whole, data, tokenizer.pad_token_id, cfg.eval_batch_size)
-            for s, data in run.evals.items()
-        }
+        ident = {s: _validation(run, whole, s) for s in run.evals}
         common = dict(
             **job.identity(),
             extra={**extra, "dtype": dtype_name(whole)},
             diverged=result.diverged,
         )
+        benchmarks = []
+        if run.task.kind == "vlm":  # LLaVA: the five benchmarks, then the language model inside it
+            benchmarks = run.task.benchmark_rows(whole, tokenizer, common, placement.ranks)
+            if job.vlm.get("hf_dir") and placement.ranks.main:
+                run.task.save_hf(whole, tokenizer, job.vlm["hf_dir"])
+            whole = run.task.language_model(whole)  # hands its modules over: `whole` is the LM now
+        pre = eval_perplexity(whole, pretrain_data, batch_size=eval_cfg["batch_size"])
         suite = _suite_rows(whole, tokenizer, job, common, placement.ranks)
     wise = _wise_rows(run, job, placement, dtype, pretrain_data, common) if cfg.wise_ft_alphas else []
     rows = [
@@ -411,17 +465,16 @@ def evaluate_run(
             for m in TASK_METRICS[run.task.kind]
         ]
     rows.append(metric_row(**common, eval_data="weights", split=None, metric="distance_l2", value=distance))
-    rows += suite + wise
+    rows += benchmarks + suite + wise
     if run.unlinearize is not None:  # the gap and the curvature line look at the real model at θ
         run.unlinearize()
         run.unlinearize = None
     if cfg.linearization_tokens:
         rows += _linearization_rows(run, job, placement, pretrain_data, common)
     log.info(
-        "done: pre-training ppl %.3f | ID val ppl %.3f test ppl %.3f | ‖θ_ft − θ_pre‖ %.4f | %.0f s training",
+        "done: pre-training ppl %.3f | ID %s | ‖θ_ft − θ_pre‖ %.4f | %.0f s training",
         pre["ppl"],
-        ident["validation"]["ppl"],
-        ident["test"]["ppl"],
+        " ".join(f"{split} ppl {res['ppl']:.3f}" for split, res in ident.items()),
         distance,
         result.seconds,
     )

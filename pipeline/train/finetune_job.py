@@ -46,6 +46,8 @@ class FinetuneJob:
     token_cache: str | None = None  # where an LM task's tokenized training split is shared by jobs
     generation: dict | None = None  # {instructions, config, output}: responses for the judged metric
     curvature: dict | None = None  # the curvature stage's settings: the line along θ_ft − θ_pre
+    # a LLaVA stage-2 task: {data: data.json, tower: dir, projector: stage 1's, config: VlmConfig, hf_dir}
+    vlm: dict | None = None
     stop_after: int | None = None  # stop as if killed after this many steps (tests of resumption)
     threads: int = 1
 

@@ -73,12 +73,17 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     )
 
 
+TOKEN_KEYS = ("input_ids", "attention_mask", "labels")  # (rows, positions); other keys: per row
+
+
 def _batch_loss(model: torch.nn.Module, head, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Mean next-token loss of one (micro-)batch, through the fused head when the model allows it."""
-    if head is not None:  # chunked fused head: the (tokens x vocab) logits never exist
+    """Mean next-token loss of one (micro-)batch, through the fused head when the model allows it
+    and the batch has text only; other inputs (a multimodal batch's `pixel_values`) go to the model."""
+    extra = {k: v for k, v in batch.items() if k not in TOKEN_KEYS}
+    if head is not None and not extra:  # chunked fused head: the (tokens x vocab) logits never exist
         hidden = body_hidden(head[0], batch["input_ids"], batch.get("attention_mask"))
         return fused_linear_cross_entropy(hidden, head[1], batch["labels"])
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask")).logits
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"), **extra).logits
     return lm_loss(logits, batch["labels"])
 
 
@@ -98,10 +103,17 @@ def _micro_batches(
         scored = (batch["labels"][i : i + size] != IGNORE_INDEX).any(0).nonzero()
         if len(scored):
             width = int(scored[-1]) + 1
-            parts.append({k: v[i : i + size, :width] for k, v in batch.items()})
-        elif keep_unscored:
-            parts.append({k: v[i : i + size, :1] for k, v in batch.items()})
+            parts.append({k: _rows(k, v, i, size, width) for k, v in batch.items()})
+        elif keep_unscored:  # one position, or all where the row's image tokens must stay whole
+            width = 1 if set(batch) <= set(TOKEN_KEYS) else batch["input_ids"].shape[1]
+            parts.append({k: _rows(k, v, i, size, width) for k, v in batch.items()})
     return parts or [batch]
+
+
+def _rows(key: str, value: torch.Tensor, first: int, size: int, width: int) -> torch.Tensor:
+    """Rows first..first+size of a batch entry, token entries cut to `width` positions."""
+    rows = value[first : first + size]
+    return rows[:, :width] if key in TOKEN_KEYS else rows
 
 
 def _to(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:

@@ -76,17 +76,26 @@ def estimate(
     seq_len: int,
     precision: str,
     activation_checkpointing: bool,
+    frozen: int = 0,
+    trained: int | None = None,
 ) -> MemoryEstimate:
     """Peak bytes per rank of fine-tuning `shape` on `ranks` ranks, `micro_batch` sequences of
-    `seq_len` tokens per forward pass."""
-    p = shape.params
-    states = -(-sum(STATE_BYTES.values()) * p // ranks)  # ceil: shards are padded
+    `seq_len` tokens per forward pass; `frozen` more parameters that do not train (a LLaVA model's
+    vision tower: float32 weights, sharded, and their working copy; no gradients, no optimizer state,
+    no saved activations); `trained`: how many of the model's own parameters train (None: all; the
+    others count as frozen; LLaVA's stage 1 trains its projector only)."""
+    if trained is not None:
+        frozen, shape_params = frozen + shape.params - trained, trained
+    else:
+        shape_params = shape.params
+    p = shape_params
+    states = -(-(sum(STATE_BYTES.values()) * p + STATE_BYTES["weights"] * frozen) // ranks)  # ceil: padded
     w = COMPUTE_BYTES[precision]
     if ranks == 1:
-        working = 2 * p if precision == "bf16-mixed" else 0
+        working = 2 * (p + frozen) if precision == "bf16-mixed" else 0
     else:
         embeddings = shape.vocab * shape.hidden * (w + (0 if shape.tied else 4))
-        working = 2 * shape.layer_params * w + embeddings + shape.layer_params * 4
+        working = 2 * shape.layer_params * w + embeddings + shape.layer_params * 4 + w * frozen // ranks
     tokens = micro_batch * seq_len
     per_layer = activation_bytes(shape) * tokens
     if activation_checkpointing:
@@ -134,11 +143,14 @@ def plan_finetune(
     micro_batch: int | None = None,
     headroom: float = HEADROOM,
     gpus: int | None = None,
+    frozen: int = 0,
+    trained: int | None = None,
 ) -> Plan:
     """The fewest GPUs (of one node) on which a fine-tuning step fits, and the largest micro-batch
     that fits there (`micro_batch`, when given, is kept; `gpus`, when given, is the only count
-    tried). The global batch stays `batch_size` rows: each of N ranks runs batch_size / N of them
-    in micro-batches. Raises PlanError with the arithmetic when no count fits."""
+    tried; `frozen`, `trained`: parameters that do not train, see `estimate`). The global
+    batch stays `batch_size` rows: each of N ranks runs batch_size / N of them in micro-batches.
+    Raises PlanError with the arithmetic when no count fits."""
     usable = usable_bytes(gpu_memory_gb, headroom)
     counts = [gpus] if gpus else gpu_counts(gpus_per_node)
     for gpus in counts:
@@ -149,11 +161,13 @@ def plan_finetune(
         for m in sizes:
             if m > rows:
                 continue
-            est = estimate(shape, gpus, m, seq_len, precision, activation_checkpointing)
+            est = estimate(shape, gpus, m, seq_len, precision, activation_checkpointing, frozen, trained)
             if est.total <= usable:
                 return Plan(gpus, m, est, usable)
     gpus = max((n for n in counts if batch_size % n == 0), default=counts[-1])
-    smallest = estimate(shape, gpus, micro_batch or 1, seq_len, precision, activation_checkpointing)
+    smallest = estimate(
+        shape, gpus, micro_batch or 1, seq_len, precision, activation_checkpointing, frozen, trained
+    )
     fixes = ["turn on finetune.activation_checkpointing"] if not activation_checkpointing else []
     fixes += (
         ["lower finetune.micro_batch_size (or null: the planner's)"]
@@ -191,13 +205,18 @@ def gap_bytes(shape: ModelShape, params: int, ranks: int, max_tokens: int) -> in
 
 
 def plan_run(
-    shape: ModelShape, cfg: FinetuneConfig, seq_len: int, gpu: Mapping, gpus: int | None = None
+    shape: ModelShape,
+    cfg: FinetuneConfig,
+    seq_len: int,
+    gpu: Mapping,
+    gpus: int | None = None,
+    frozen: int = 0,
 ) -> Plan:
     """`plan_finetune` of a fine-tuning run config (its batch, precision on CUDA, activation
     checkpointing and micro-batch) on the config's `gpu:` section (memory_gb, per_node, headroom).
     With the linearization gap on, its peak after training must fit too (it does not shrink with
     more GPUs: each holds the whole model), else PlanError naming the key."""
-    plan = _plan_training(shape, cfg, seq_len, gpu, gpus)
+    plan = _plan_training(shape, cfg, seq_len, gpu, gpus, frozen)
     if cfg.linearization_tokens:
         need = gap_bytes(shape, shape.params, plan.gpus, cfg.linearization_tokens)
         if need > plan.usable:
@@ -211,7 +230,7 @@ def plan_run(
 
 
 def _plan_training(
-    shape: ModelShape, cfg: FinetuneConfig, seq_len: int, gpu: Mapping, gpus: int | None = None
+    shape: ModelShape, cfg: FinetuneConfig, seq_len: int, gpu: Mapping, gpus: int | None, frozen: int
 ) -> Plan:
     return plan_finetune(
         shape,
@@ -224,6 +243,7 @@ def _plan_training(
         micro_batch=cfg.micro_batch_size,
         headroom=gpu["headroom"],
         gpus=gpus,
+        frozen=frozen,
     )
 
 

@@ -38,13 +38,16 @@ from pipeline.evaluate.benchmark_registry import (
 from pipeline.judge.config import AlpacaEvalConfig, JudgeConfigError
 from pipeline.layout import format_hparam
 from pipeline.models.checkpoints import CheckpointSpec, study_checkpoints
-from pipeline.sweeps.lr_grids import finetune_lr_grid
+from pipeline.models.presets import SIZE_PRESETS
+from pipeline.multimodal.config import VLM_TASKS
+from pipeline.sweeps.lr_grids import FINETUNE_LR_GRIDS, finetune_lr_grid
 from pipeline.sweeps.lr_search import LRSearch, SearchError
 from pipeline.sweeps.lr_search import exhaustive as search_exhaustive
 from pipeline.sweeps.lr_search import from_config as search_from_config
 from pipeline.theory.config import check_config as check_theory
 from pipeline.train.config import FinetuneConfig, PretrainConfig, hyperparameters, steps_for_budget
 from pipeline.train.memory import PlanError
+from pipeline.workflow.multimodal import check_multimodal, text_tasks
 from pipeline.workflow.plans import finetune_plan
 
 MAX_ERRORS = 10  # schema errors reported at once
@@ -69,12 +72,16 @@ class ConfigError(WorkflowError):
 
 def registry_enums() -> dict[str, list[str]]:
     """The names the schema takes from the registries (`x-registry: <name>` in config/schema.yaml):
-    tasks and benchmarks are declared once, in pipeline/data/tasks.py and
-    pipeline/evaluate/benchmark_registry.py."""
+    tasks, benchmarks and size presets are declared once, in pipeline/data/tasks.py (and
+    pipeline/multimodal/config.py's LLaVA tasks), pipeline/evaluate/benchmark_registry.py and
+    pipeline/models/presets.py."""
     return {
         "tasks": list(TASK_NAMES),
+        "finetune_tasks": [*TASK_NAMES, *VLM_TASKS],
         "tokenizer_texts": ["python_stdlib", *EMBEDDED_TASKS],
         "benchmarks": list(SUITE),
+        "presets": list(SIZE_PRESETS),
+        "lr_grids": list(FINETUNE_LR_GRIDS),
     }
 
 
@@ -286,6 +293,11 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
         if finetune_enabled(config):
             for method in finetune_methods(config):
                 check_method(config, method)
+            methods = {
+                m: FinetuneConfig(**hyperparameters(FinetuneConfig, method_section(config, m)))
+                for m in finetune_methods(config)
+            }
+            check_multimodal(config, methods, alpaca_eval_enabled(config))
         if curvature_enabled(config):
             CurvatureConfig(**hyperparameters(CurvatureConfig, curvature_section(config)))
         check_theory(config["theory"])  # enabled or not: its job can still be asked for by its output
@@ -361,7 +373,7 @@ def check_plans(config: dict, specs: Iterable[CheckpointSpec]) -> None:
 def check_tasks(config: dict) -> None:
     """The data settings of every task a job reads (fine-tuning, tokenizer.extra_texts), e.g. a
     chat task without source hub, fail here rather than in a job."""
-    names = list(config["finetune"]["tasks"]) if finetune_enabled(config) else []
+    names = text_tasks(config) if finetune_enabled(config) else []
     extra = config["tokenizer"]["extra_texts"]
     names += [n for n in extra if n in TASK_NAMES and n not in names]
     for name in names:
@@ -544,7 +556,7 @@ def curvature_enabled(config: dict) -> bool:
 def linearization_enabled(config: dict) -> bool:
     """The linearization stage's figures are drawn: the study fine-tunes and computes any of the
     gap, the NTK, WiSE-FT, or runs more than one fine-tuning method."""
-    if not finetune_enabled(config):
+    if not finetune_enabled(config) or not text_tasks(config):  # the gap, NTK, WiSE-FT: text tasks
         return False
     ft = config["finetune"]
     return bool(
@@ -553,9 +565,9 @@ def linearization_enabled(config: dict) -> bool:
 
 
 def ntk_enabled(config: dict) -> bool:
-    """Rule ntk runs: the curvature stage is on, it asks for examples, and there are tasks."""
+    """Rule ntk runs: the curvature stage is on, it asks for examples, and there are text tasks."""
     asked = bool(config["curvature"].get("ntk_examples"))
-    return curvature_enabled(config) and asked and finetune_enabled(config)
+    return curvature_enabled(config) and asked and finetune_enabled(config) and bool(text_tasks(config))
 
 
 def alpaca_eval_enabled(config: dict) -> bool:

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING
 from pipeline.models.hub import HUB_PRESETS, hub_shape
 from pipeline.models.presets import SIZE_PRESETS, preset_shape
 from pipeline.models.shapes import ModelShape, shape_of
+from pipeline.multimodal.config import HUB_TOWERS, tower_shape
 from pipeline.train.config import FinetuneConfig, execution, hyperparameters
 from pipeline.train.memory import Plan, PlanError, plan_run
+from pipeline.workflow.multimodal import tower_config, toy_config, vlm_config, vlm_tasks
 
 if TYPE_CHECKING:
     from pipeline.models.checkpoints import CheckpointSpec
@@ -44,4 +46,20 @@ def finetune_plan(spec: CheckpointSpec, config: dict) -> Plan:
     cfg = FinetuneConfig(**hyperparameters(FinetuneConfig, ft), **execution(FinetuneConfig, ft))
     shape = checkpoint_shape(spec, config["tokenizer"]["vocab_size"])
     seq_len = min(cfg.seq_len or shape.context, shape.context)
-    return plan_run(shape, cfg, seq_len, config["gpu"], gpus=ft["ranks"])
+    if vlm_tasks(config):  # LLaVA's stage 2 takes multimodal.max_length; a job's plan fits the longer
+        seq_len = max(seq_len, min(vlm_config(config).max_length, shape.context))
+    return plan_run(shape, cfg, seq_len, config["gpu"], gpus=ft["ranks"], frozen=vlm_frozen(config))
+
+
+def vlm_frozen(config: dict) -> int:
+    """The frozen tower's parameters beside a LLaVA study's language models (0 for a text study)."""
+    if not vlm_tasks(config):
+        return 0
+    tower = tower_config(config)
+    shape = tower_shape(tower, toy_config(config).image_size)
+    if shape is None:
+        raise PlanError(
+            f"multimodal.tower.model_id: the memory planner knows the towers {sorted(HUB_TOWERS)}, not "
+            f"{tower.model_id}; set finetune.ranks (GPUs per job) and finetune.micro_batch_size"
+        )
+    return shape[0]

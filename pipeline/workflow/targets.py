@@ -31,6 +31,7 @@ from pipeline.workflow.config import (
     task_settings,
     theory_enabled,
 )
+from pipeline.workflow.multimodal import text_tasks, vlm_tasks
 
 Checkpoints = dict[str, CheckpointSpec]
 
@@ -210,7 +211,7 @@ def ntk_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
 
 def ntk_task_tables(config: dict) -> dict[str, str]:
     """Rule ntk's task inputs: each fine-tuning task's table, by name."""
-    return {t: path(config, layout.TASK_TABLE, task=t) for t in finetune_section(config)["tasks"]}
+    return {t: path(config, layout.TASK_TABLE, task=t) for t in text_tasks(config)}
 
 
 def curvature_line_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
@@ -303,6 +304,8 @@ def all_outputs(config: dict, checkpoints: Checkpoints) -> list[str]:
         out += [path(config, layout.CURVATURE_SUMMARY)] + stage_figures(config, "curvature")
     if linearization_enabled(config):
         out += stage_figures(config, "linearization")
+    if vlm_tasks(config):
+        out += stage_figures(config, "multimodal")
     if theory_enabled(config):
         out += [path(config, layout.THEORY_METRICS), path(config, layout.THEORY_TRANSFER)]
         out += stage_figures(config, "theory")
@@ -340,3 +343,11 @@ def benchmark_figure_inputs(config: dict) -> dict[str, str]:
     """The metrics table, and the tuned-LR table when the study fine-tunes."""
     inputs = {"metrics": path(config, layout.METRICS)}
     return inputs | ({"tuned": path(config, layout.FINETUNE_TUNED)} if finetune_enabled(config) else {})
+
+
+def vlm_tower_tokenizer(config: dict, checkpoints: Checkpoints) -> list[str]:
+    """The toy tower's caption tokenizer: the study's own (a sweep), else its first checkpoint's
+    directory (a hub checkpoint: none here, its job reads the hub revision's)."""
+    if config["checkpoints"]["source"] == "sweep":
+        return [path(config, "tokenizer/tokenizer.json")]
+    return checkpoint_inputs(next(iter(checkpoints.values())))

@@ -12,7 +12,7 @@ p = dict(snakemake.params.ntk)
 seq_len, methods, seed = p.pop("seq_len"), p.pop("methods"), p.pop("seed")
 # the block size changes no number: read from the config, not params (changing it reruns nothing)
 block = snakemake.config["curvature"].get("ntk_block_gib", CurvatureConfig.ntk_block_gib)
-tasks = {name: snakemake.input[name] for name in snakemake.config["finetune"]["tasks"]}
+tasks = {name: snakemake.input[name] for name in snakemake.input.keys() if name != "checkpoint"}
 rows = ntk_rows(
     CheckpointSpec(**snakemake.params.spec),
     path=snakemake.input.checkpoint[0] if snakemake.input.checkpoint else None,

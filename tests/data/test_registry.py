@@ -10,6 +10,7 @@ from pathlib import Path
 from pipeline.data import tasks as T
 from pipeline.data.packages import PINS
 from pipeline.data.task_items import KINDS, SPLITS
+from pipeline.multimodal.config import VLM_TASKS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,6 +73,8 @@ def test_schema_takes_its_task_names_from_the_registry():
     for path, enum in found.items():
         if ".tokenizer." in path:
             assert enum == ["python_stdlib", *T.EMBEDDED_TASKS], path
+        elif path.endswith(".tasks.items"):  # fine-tuning tasks: LLaVA's stage 2 too
+            assert enum == [*T.TASK_NAMES, *VLM_TASKS], path
         else:
             assert enum == list(T.TASK_NAMES), path
 

@@ -2,8 +2,10 @@
 
 import math
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 from workflow_utils import (
     HEAVY,
     ROOT,
@@ -310,35 +312,82 @@ SHIPPED = [
 @pytest.mark.parametrize(
     "configfile", [c for c in SHIPPED if c.name != "schema.yaml"], ids=lambda p: str(p.relative_to(ROOT))
 )
-def test_every_shipped_config_dry_runs(configfile):
+def test_every_shipped_config_dry_runs(configfile, tmp_path):
     """`snakemake -n` on each shipped config (over config.yaml, as --configfile does). Needs no
     download: hub revisions (config/demo-smollm2.yaml: the stand-in in data/hub-cache) are checked
     in onstart, which a dry run skips, and the hub preset names its revisions itself. --forceall:
-    the whole DAG whether or not the study's results already exist."""
-    res = snakemake(configfile, "-n", "--forceall", "--cores", "1", "--quiet", "rules")
+    the whole DAG whether or not the study's results already exist. config/llava.yaml's cluster
+    data paths are moved to files that exist (start-up checks they do)."""
+    extra = [str(llava_data(tmp_path))] if configfile.name == "llava.yaml" else []
+    res = snakemake(configfile, *extra, "-n", "--forceall", "--cores", "1", "--quiet", "rules")
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert re.search(r"^all\s+1$", res.stdout + res.stderr, re.M), (res.stdout + res.stderr)[-3000:]
+
+
+def slurm_dry_run(*configs) -> str:
+    """The output of a forced dry run of `configs` through the SLURM profile (which must succeed)."""
+    res = snakemake(*configs, "-n", "--forceall", "--workflow-profile", str(ROOT / "profiles" / "slurm"))
+    text = res.stdout + res.stderr
+    assert res.returncode == 0, text[-3000:]
+    return text
+
+
+def job_resources(text: str, rule: str) -> list[str]:
+    """The `resources:` line of every job of `rule` in a dry run's output."""
+    return re.findall(rf"^rule {rule}:\n(?:    .*\n)*?    resources: (.*)$", text, re.M)
 
 
 def test_paper_scale_dry_run_places_every_finetuning_job_on_the_planners_gpus():
     """OLMo-2-7B instruction tuning on 80 GB GPUs through the SLURM profile: each fine-tuning job
     asks for the memory planner's 2 GPUs and starts 2 ranks (16 B x 7.3B parameters of state)."""
-    res = snakemake(
-        ROOT / "config" / "instruct.yaml",
-        str(ROOT / "config" / "olmo2-7b.yaml"),
-        "-n",
-        "--forceall",
-        "--workflow-profile",
-        str(ROOT / "profiles" / "slurm"),
-    )
-    text = res.stdout + res.stderr
-    assert res.returncode == 0, text[-3000:]
-    jobs = re.findall(r"^rule finetune:\n(?:    .*\n)*?    resources: (.*)$", text, re.M)
+    text = slurm_dry_run(ROOT / "config" / "instruct.yaml", str(ROOT / "config" / "olmo2-7b.yaml"))
+    jobs = job_resources(text, "finetune")
     counted = re.search(r"^finetune\s+(\d+)$", text, re.M)
     assert (
         counted and len(jobs) == int(counted.group(1)) == 6 * 3 * 7 * 3
     )  # checkpoints x tasks x LRs x seeds
     assert all("gpu=2" in r.split(", ") and "ranks=2" in r.split(", ") for r in jobs), jobs[:2]
+
+
+def llava_data(tmp_path: Path) -> Path:
+    """An overlay moving config/llava.yaml's local LLaVA data to files and folders that exist (a dry
+    run checks they exist, not what they hold)."""
+    local = yaml.safe_load((ROOT / "config" / "llava.yaml").read_text())["multimodal"]["data"]["local"]
+    moved = {
+        "stage1": tmp_path / "stage1.json",
+        "stage2": tmp_path / "stage2.json",
+        "image_dir": tmp_path / "images",
+    }
+    for key in ("stage1", "stage2"):
+        moved[key].write_text("[]")
+    moved["image_dir"].mkdir()
+    evals = {name: tmp_path / "eval" / name for name in local["eval"]}
+    for folder in evals.values():
+        folder.mkdir(parents=True)
+    overlay = {
+        "multimodal": {
+            "data": {
+                "local": {
+                    **{k: str(v) for k, v in moved.items()},
+                    "eval": {k: str(v) for k, v in evals.items()},
+                }
+            }
+        }
+    }
+    return write_config(tmp_path, overlay, "llava-data.yaml")
+
+
+@pytest.mark.parametrize("checkpoints, gpus", [(None, 1), ("olmo2-7b.yaml", 2)], ids=["olmo-1b", "olmo-2-7b"])
+def test_llava_at_paper_scale_places_stage_two_on_the_planners_gpus(tmp_path, checkpoints, gpus):
+    """config/llava.yaml through the SLURM profile: every stage-2 job asks for the memory planner's
+    GPUs (the frozen CLIP ViT-L/14-336 counted beside the language model), stage 1 for one."""
+    overlays = [str(llava_data(tmp_path))]
+    if checkpoints:
+        overlays.insert(0, str(ROOT / "config" / checkpoints))
+    text = slurm_dry_run(ROOT / "config" / "llava.yaml", *overlays)
+    stage2, stage1 = job_resources(text, "vlm_finetune"), job_resources(text, "vlm_projector")
+    assert stage2 and all(f"gpu={gpus}" in r.split(", ") and f"ranks={gpus}" in r.split(", ") for r in stage2)
+    assert stage1 and all("gpu=1" in r.split(", ") for r in stage1), stage1[:2]
 
 
 def test_lora_targets_that_match_nothing_stop_the_run_before_any_job(tmp_path):

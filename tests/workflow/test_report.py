@@ -21,9 +21,10 @@ FAST_THEORY = {
     "theory.finetune.batch_size": None,
     "theory.finetune.lambdas": [0.0, 2.0],
 }
-# every registered figure but the lm-eval and judged ones (off in the smoke study; plotted in
-# test_benchmarks and test_judge_workflow)
-SMOKE_FIGURES = [f.name for f in FIGURES if f.stage not in ("benchmarks", "theory", "alpaca_eval")]
+# every registered figure but the lm-eval, judged and LLaVA ones (off in the smoke study; plotted in
+# test_benchmarks, test_judge_workflow and test_vlm_workflow)
+ELSEWHERE = ("benchmarks", "theory", "alpaca_eval", "multimodal")
+SMOKE_FIGURES = [f.name for f in FIGURES if f.stage not in ELSEWHERE]
 THEORY_FIGURES = [f.name for f in FIGURES if f.stage == "theory"]
 
 

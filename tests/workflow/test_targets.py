@@ -79,7 +79,7 @@ def test_all_outputs_follow_the_enabled_stages_and_the_figure_registry():
     )
     out = targets.all_outputs(cfg, ckpts)
     figures = {Path(p).stem for p in out if "/figures/" in p}
-    off = ("finetune", "alpaca_eval", "curvature", "linearization")
+    off = ("finetune", "alpaca_eval", "curvature", "linearization", "multimodal")
     assert figures == {f.name for f in FIGURES if f.stage not in off}
     assert not targets.curvature_line_parts(cfg, ckpts) and not targets.curvature_sharpness_parts(cfg, ckpts)
     assert "results/t/theory/metrics.parquet" in out and not targets.finetune_parts(cfg, ckpts)
