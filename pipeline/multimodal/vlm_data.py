@@ -13,6 +13,7 @@ Stage 2's records are split by a hash of their id: `VALIDATION_SHARE` of them (a
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.io import atomic_path
 from pipeline.multimodal.config import EVAL_SETS, LocalData, ToyDataConfig, VlmConfig
 from pipeline.multimodal.eval_data import load_eval_set
+from pipeline.multimodal.hub_data import resolve
 from pipeline.multimodal.images import ImageDir, ImageStore
 from pipeline.multimodal.llava_json import read_llava_json
 from pipeline.multimodal.toy_data import make_toy_corpus, toy_paths
@@ -59,14 +61,22 @@ def write_toy_data(cfg: ToyDataConfig, out_dir: str | Path) -> dict[str, Any]:
 
 def write_local_data(local: LocalData, cfg: VlmConfig, out_dir: str | Path) -> dict[str, Any]:
     """Check the cluster's LLaVA files (every record's image, every benchmark set read once) and
-    write data.json naming them; the record. Errors name the key and the file."""
-    for key in ("stage1", "stage2", "image_dir"):
-        value = getattr(local, key)
-        if value is None or not Path(value).exists():
-            raise FileNotFoundError(f"multimodal.data.local.{key}: {value!r} does not exist")
+    write data.json naming them, hub references resolved to the hub cache's files
+    (pipeline/multimodal/hub_data.py); the record. Errors name the key and the file."""
     missing = [name for name in EVAL_SETS if name not in local.eval]
     if missing:
         raise ValueError(f"multimodal.data.local.eval: no file for {missing} (each of {list(EVAL_SETS)})")
+    key = "multimodal.data.local"
+    local = dataclasses.replace(  # hub references (hf://datasets/..., hub) as files of the hub cache
+        local,
+        stage1=local.stage1 and resolve(local.stage1, f"{key}.stage1"),
+        stage2=local.stage2 and resolve(local.stage2, f"{key}.stage2"),
+        eval={name: resolve(local.eval[name], f"{key}.eval.{name}", eval_set=name) for name in EVAL_SETS},
+    )
+    for field in ("stage1", "stage2", "image_dir"):
+        value = getattr(local, field)
+        if value is None or not Path(value).exists():
+            raise FileNotFoundError(f"{key}.{field}: {value!r} does not exist")
     images = ImageDir(local.image_dir)
     counts = {}
     for stage in ("stage1", "stage2"):

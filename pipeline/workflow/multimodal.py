@@ -23,6 +23,7 @@ from pipeline.multimodal.config import (
     VlmConfig,
     toy_data_config,
 )
+from pipeline.multimodal.hub_data import hub_ref, offline, resolve
 
 if TYPE_CHECKING:
     from pipeline.train.config import FinetuneConfig
@@ -82,6 +83,25 @@ def local_data(config: dict) -> LocalData:
     return LocalData(**section(config)["data"]["local"])
 
 
+def check_local_data(local: LocalData) -> None:
+    """Each local file exists; each hub reference is well formed and, offline, in the hub cache (online,
+    rule vlm_data fetches it, the first job). ValueError naming the key."""
+    key = "multimodal.data.local"
+    entries = [("stage1", local.stage1, None), ("stage2", local.stage2, None)]
+    entries += [(f"eval.{name}", value, name) for name, value in local.eval.items()]
+    for field, value, eval_set in entries:
+        ref = hub_ref(value, eval_set) if value else None
+        if ref is not None and offline():
+            try:
+                resolve(value, f"{key}.{field}", eval_set=eval_set, local_files_only=True)
+            except FileNotFoundError as e:
+                raise ValueError(str(e)) from None
+        elif ref is None and (value is None or not Path(value).exists()):
+            raise ValueError(f"{key}.{field}: {value!r} does not exist")
+    if local.image_dir is None or not Path(local.image_dir).is_dir():
+        raise ValueError(f"{key}.image_dir: {local.image_dir!r} is not a folder (LLaVA's images)")
+
+
 def check_multimodal(config: dict, methods: dict[str, FinetuneConfig], judged: bool) -> None:
     """What a LLaVA study needs, before any job (`methods`: each fine-tuning method's config; `judged`:
     the judged metric is on); errors (ValueError) name the key."""
@@ -97,14 +117,7 @@ def check_multimodal(config: dict, methods: dict[str, FinetuneConfig], judged: b
     if data_source(config) == "toy":
         toy_config(config)
     else:
-        local = local_data(config)
-        for key in ("stage1", "stage2", "image_dir"):
-            value = getattr(local, key)
-            if value is None or not Path(value).exists():
-                raise ValueError(f"multimodal.data.local.{key}: {value!r} does not exist")
-        for name, value in local.eval.items():
-            if not Path(value).exists():
-                raise ValueError(f"multimodal.data.local.eval.{name}: {value!r} does not exist")
+        check_local_data(local_data(config))
     if (
         tower.source == "hub"
         and tower.offline

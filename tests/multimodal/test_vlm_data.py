@@ -4,13 +4,19 @@ corpus written out in those formats); the held-out conversations are fixed by th
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
+from pipeline.multimodal.benchmarks import BENCHMARKS
 from pipeline.multimodal.config import LocalData, ToyDataConfig, VlmConfig
 from pipeline.multimodal.images import ImageDir, ImageError, ImageStore
 from pipeline.multimodal.vlm_data import read_vlm_data, split_stage2, write_local_data, write_toy_data
+from pipeline.workflow.multimodal import check_local_data
 
 TOY = ToyDataConfig(
     stage1_captions=60,
@@ -77,3 +83,53 @@ def test_a_missing_image_file_is_named_or_skipped_and_counted(local_layout, tmp_
             VlmConfig(),
             tmp_path / "vlm2",
         )
+
+
+def dataset_cache(cache: Path, repo: str, files: dict[str, Path]) -> None:
+    """Lay `files` (path in the repository -> local file) out as a dataset repository of the hub
+    cache: refs/main -> snapshots/<commit>/<path>, what `hf download` leaves."""
+    commit = hashlib.sha1(repo.encode()).hexdigest()
+    folder = cache / ("datasets--" + repo.replace("/", "--"))
+    for rel, src in files.items():
+        dest = folder / "snapshots" / commit / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dest)
+    (folder / "refs").mkdir(parents=True, exist_ok=True)
+    (folder / "refs" / "main").write_text(commit)
+
+
+def test_the_data_named_on_the_hub_is_read_from_its_cache_offline(local_layout, tmp_path, monkeypatch):
+    """LLaVA's JSON files as hf://datasets/... and each benchmark as `hub` (its lmms-lab dataset, in
+    the published layout: data/<split>-*.parquet, GQA's config folders), offline from a hub cache in
+    huggingface_hub's format: the same record as the local files give. What is not cached is named at
+    start-up with the command that downloads it."""
+    root, local = local_layout
+    cache = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    dataset_cache(cache, "liuhaotian/LLaVA-Pretrain", {"blip_laion_cc_sbu_558k.json": root / "stage1.json"})
+    dataset_cache(cache, "liuhaotian/LLaVA-Instruct-150K", {"llava_v1_5_mix665k.json": root / "stage2.json"})
+    for name, path in local.eval.items():  # the toy's sets: a parquet file each
+        b = BENCHMARKS[name]
+        if b.hub_name:  # GQA: the questions' and the images' config folders
+            top = Path(path).parents[1]
+            configs = (b.hub_name, b.images_name)
+            files = {f"{c}/{b.split}-00000-of-00001.parquet": top / c / f"{b.split}.parquet" for c in configs}
+        else:
+            files = {f"data/{b.split}-00000-of-00001.parquet": Path(path)}
+        dataset_cache(cache, b.hub_path, files)
+    hub = LocalData(
+        "hf://datasets/liuhaotian/LLaVA-Pretrain/blip_laion_cc_sbu_558k.json",
+        "hf://datasets/liuhaotian/LLaVA-Instruct-150K@main/llava_v1_5_mix665k.json",
+        local.image_dir,
+        {name: "hub" for name in local.eval},
+    )
+    check_local_data(hub)  # all cached: start-up passes offline
+    record = write_local_data(hub, VlmConfig(), tmp_path / "vlm")
+    assert record["counts"] == write_local_data(local, VlmConfig(), tmp_path / "vlm-local")["counts"]
+    assert record["stage1"].startswith(str(cache)) and record["eval"]["gqa"].startswith(str(cache))
+    missing = dataclasses.replace(hub, stage2="hf://datasets/liuhaotian/LLaVA-Instruct-150K/nope.json")
+    with pytest.raises(
+        ValueError, match=r"multimodal.data.local.stage2: .* not in the hub cache \(offline\).*hf download"
+    ):
+        check_local_data(missing)
