@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
-import numpy as np
 import seaborn as sns
 
-from pipeline.analysis.style import save_figure, set_style
+from pipeline.analysis.style import save_figure, set_style, tuned_curve
 from pipeline.analysis.sweep_figures import token_axis
 
 if TYPE_CHECKING:
@@ -76,16 +75,7 @@ def _finetuned(ax: plt.Axes, sft: pd.DataFrame, tuned: pd.DataFrame | None, benc
         & (tuned["lambda_reg"] == lam)
     ]
     for task, g in t.groupby("task"):
-        g = g.sort_values("budget")
-        ax.errorbar(
-            g["budget"],
-            g["mean"],
-            yerr=np.nan_to_num(g["sd"].to_numpy(dtype=float)),
-            fmt="o-",
-            capsize=3,
-            color=colors.get(task),
-            label=f"fine-tuned on {task}, tuned LR",
-        )
+        tuned_curve(ax, g, color=colors.get(task), label=f"fine-tuned on {task}, tuned LR")
 
 
 def plot_benchmarks(

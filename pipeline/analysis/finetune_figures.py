@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 
-from pipeline.analysis.style import format_tokens, save_figure, set_style
+from pipeline.analysis.style import format_tokens, save_figure, set_style, tuned_curve
 from pipeline.analysis.sweep_figures import mark_inflections, token_axis
 
 if TYPE_CHECKING:
@@ -141,15 +141,7 @@ def plot_tuned(
                 & ((t["split"] == split) if split else True)
             ]
             for (method, lam), g in c.groupby(["modification", "lambda_reg"]):
-                g = g.sort_values("budget")
-                ax.errorbar(
-                    g["budget"],
-                    g["mean"],
-                    yerr=np.nan_to_num(g["sd"]),
-                    fmt="o-",
-                    capsize=3,
-                    label=f"tuned LR ({method}, λ = {lam:g})",
-                )
+                tuned_curve(ax, g, label=f"tuned LR ({method}, λ = {lam:g})")
             base = c.drop_duplicates("budget").sort_values("budget")
             ax.plot(base["budget"], base["base"], "k--", marker="s", ms=4, label="base (not fine-tuned)")
             column = "pretrain_inflection" if eval_data == "pretrain" else "id_inflection"

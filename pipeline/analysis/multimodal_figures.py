@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
-import numpy as np
 
 from pipeline.analysis.benchmark_figures import PREFIX, benchmark_scores
 from pipeline.analysis.stats import finetuned
-from pipeline.analysis.style import save_figure, set_style
+from pipeline.analysis.style import save_figure, set_style, tuned_curve
 from pipeline.analysis.sweep_figures import token_axis
 from pipeline.multimodal.config import VLM_TASKS
 from pipeline.multimodal.vlm_eval import SCORE, SPLIT, VLM
@@ -93,17 +92,9 @@ def plot_vlm(
         for _, g in runs.groupby("learning_rate"):
             g = g.groupby("budget", as_index=False)["value"].mean().sort_values("budget")
             ax.plot(g["budget"], g["value"], "-", lw=0.8, alpha=0.4, color="tab:blue", label=None)
-        best = _rows(chosen, eval_data, split, metric).sort_values("budget")
+        best = _rows(chosen, eval_data, split, metric)
         if len(best):
-            ax.errorbar(
-                best["budget"],
-                best["mean"],
-                yerr=np.nan_to_num(best["sd"].to_numpy(dtype=float)),
-                fmt="o-",
-                capsize=3,
-                color="tab:blue",
-                label="stage 2, tuned LR",
-            )
+            tuned_curve(ax, best, color="tab:blue", label="stage 2, tuned LR")
         b = _rows(base, eval_data, split, metric)
         if eval_data != VLM:  # the task's own base rows are the stage-1 model's: VLM panels only
             b = b[b["task"].isna()]

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -32,6 +33,14 @@ def save_figure(fig: plt.Figure, stem: str | Path, formats: Iterable[str] = ("pn
         paths.append(path)
     plt.close(fig)
     return paths
+
+
+def tuned_curve(ax: plt.Axes, rows, **kw) -> None:
+    """A tuned-learning-rate table's curve against pre-training tokens: its seed mean ± sd (no bar
+    where one seed gives no sd), as every fine-tuning figure draws it."""
+    rows = rows.sort_values("budget")
+    yerr = np.nan_to_num(rows["sd"].to_numpy(dtype=float))  # NaN sd (one seed): no bar
+    ax.errorbar(rows["budget"], rows["mean"], yerr=yerr, fmt="o-", capsize=3, **kw)
 
 
 def format_tokens(x: float, _pos: int | None = None) -> str:

@@ -155,14 +155,18 @@ def _mme(rows, post, image_dir):
     return out
 
 
+def _strings(row: dict, column: str, where: str) -> list[str]:
+    """A column holding a non-empty list of strings (AI2D's options, TextVQA's answers)."""
+    value = row.get(column)
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise VlmBenchmarkError(f"{where}: {column!r} must be a non-empty list of strings, got {value!r}")
+    return value
+
+
 def _ai2d(rows, post, image_dir):
     out = []
     for where, r in rows:
-        q, options = _text(r, "question", where), r.get("options")
-        if not isinstance(options, list) or not options or not all(isinstance(o, str) for o in options):
-            raise VlmBenchmarkError(
-                f"{where}: 'options' must be a non-empty list of strings, got {options!r}"
-            )
+        q, options = _text(r, "question", where), _strings(r, "options", where)
         answer = _text(r, "answer", where)
         if not answer.strip().isdigit() or not 0 <= int(answer) < len(options):
             raise VlmBenchmarkError(
@@ -195,11 +199,7 @@ def _pope(rows, post, image_dir):
 def _textvqa(rows, post, image_dir):
     out = []
     for where, r in rows:
-        q, answers = _text(r, "question", where), r.get("answers")
-        if not isinstance(answers, list) or not answers or not all(isinstance(a, str) for a in answers):
-            raise VlmBenchmarkError(
-                f"{where}: 'answers' must be a non-empty list of strings, got {answers!r}"
-            )
+        q, answers = _text(r, "question", where), _strings(r, "answers", where)
         img = _image(r["image"], where, image_dir)
         fields = {"image_id": str(r["image_id"])}
         qid = str(r["question_id"])

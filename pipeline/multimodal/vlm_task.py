@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -71,11 +72,11 @@ class VlmTask:
             name, stage, data, Path(tower_dir), cfg, Path(projector) if projector else None, projector_seed
         )
 
-    @property
+    @cached_property
     def preprocess(self) -> Preprocess:
         return Preprocess.load(self.tower_dir)
 
-    @property
+    @cached_property
     def image_tokens(self) -> int:
         from transformers import CLIPVisionConfig
 

@@ -63,11 +63,11 @@ def _curve(df: pd.DataFrame, x: str, **eq: Any) -> pd.DataFrame:
     return select(df, **eq).sort_values(x)
 
 
-def _errorbar(ax: Axes, rows: pd.DataFrame, x: str, **kw: Any) -> None:
+def _errorbar(ax: Axes, rows: pd.DataFrame, x: str, scale: float = 1.0, **kw: Any) -> None:
+    """Simulated risks ± SE against column `x` / `scale` (dots unless `fmt` says otherwise)."""
     if len(rows):
-        ax.errorbar(
-            rows[x], rows["risk"], yerr=rows["risk_se"], fmt=kw.pop("fmt", "o"), ms=4, capsize=2, **kw
-        )
+        style = {"fmt": "o", "ms": 4, "capsize": 2} | kw
+        ax.errorbar(rows[x] / scale, rows["risk"], yerr=rows["risk_se"], **style)
 
 
 def _edges(values: np.ndarray, cap: float) -> tuple[np.ndarray, np.ndarray]:
@@ -195,16 +195,7 @@ def plot_faf_linear(df: pd.DataFrame, stem: Path, formats: Iterable[str], sig_re
                 lw=1.2,
             )
         s = _curve(part, "n", estimator="simulation")
-        ax.errorbar(
-            s["n"] / d,
-            s["risk"],
-            yerr=s["risk_se"],
-            fmt="o",
-            ms=4,
-            capsize=2,
-            color=col,
-            label=f"θ = {angle_label(th)}",
-        )
+        _errorbar(ax, s, "n", scale=d, color=col, label=f"θ = {angle_label(th)}")
     ax.axhline(0, color="k", lw=0.8)
     ax.axvline(1, color="0.5", lw=0.8, ls=":")
     ax.set(ylim=(-1.0, 1.0), xlabel="n / d", ylabel="T_lt = E R_scratch − E R_lt")
@@ -231,9 +222,7 @@ def plot_faf_linear(df: pd.DataFrame, stem: Path, formats: Iterable[str], sig_re
                 for seg in (c[c["n"] < d], c[c["n"] > d]):
                     ax.plot(seg["n"] / d, seg["risk"], ls, color=col, lw=1.2)
             s = _curve(part, "n", estimator="simulation")
-            ax.errorbar(
-                s["n"] / d, s["risk"], yerr=s["risk_se"], fmt="o", ms=4, capsize=2, color=col, label=label
-            )
+            _errorbar(ax, s, "n", scale=d, color=col, label=label)
         ax.axvline(1, color="0.5", lw=0.8, ls=":")
         ax.set(yscale="log", xlabel="n / d", ylabel="expected excess risk E R")
         ax.set_title(f"({tag}) risk per method, θ = {angle_label(th)}, σ = {sig_ref:g}")
@@ -283,16 +272,7 @@ def plot_faf_ridge(df: pd.DataFrame, stem: Path, formats: Iterable[str]) -> list
             k = int(np.argmin(exact))
             ax.plot([lam_f[k]], [exact[k]], marker="*", ms=12, color=col, mec="k", zorder=5)
             s = _curve(part, "ridge", estimator="simulation", sigma=float(sg))
-            ax.errorbar(
-                s["ridge"],
-                s["risk"],
-                yerr=s["risk_se"],
-                fmt="o",
-                ms=4,
-                capsize=2,
-                color=col,
-                label=f"σ = {sg:g}",
-            )
+            _errorbar(ax, s, "ridge", color=col, label=f"σ = {sg:g}")
         ax.plot(lam_f, faf.ridge_transfer_risk_asymptotic(th, lam_f), "k:", lw=1.5, label="Thm 3.8 (n → ∞)")
         ax.set(xlabel="ridge λ", ylabel="E R of ridge linear transfer")
         ax.set_title(f"n = {int(n)} (n/d = {n / part['d'].iloc[0]:g}), θ = {angle_label(th)}")
@@ -351,20 +331,9 @@ def plot_faf_finetune(df: pd.DataFrame, stem: Path, formats: Iterable[str], sig_
         ax.plot(gl, (1 - gl) * (2 * np.cos(th) - 1), "-", color=col, lw=1.2)
         ax.plot([1.02, 2.05], [0, 0], "-", color=col, lw=1.2)
         s = _curve(g, "n", estimator="simulation", theta=th, sigma=sig_ref)
-        ax.errorbar(
-            s["n"] / d,
-            s["risk"],
-            yerr=s["risk_se"],
-            fmt="o",
-            ms=4,
-            capsize=2,
-            color=col,
-            label=f"θ = {angle_label(th)}",
-        )
+        _errorbar(ax, s, "n", scale=d, color=col, label=f"θ = {angle_label(th)}")
         dg = _curve(deep, "n", solver="gradient_descent", theta=th, sigma=sig_ref)
-        ax.errorbar(
-            dg["n"] / d, dg["risk"], yerr=dg["risk_se"], fmt="s", mfc="none", ms=7, capsize=2, color=col
-        )
+        _errorbar(ax, dg, "n", scale=d, fmt="s", mfc="none", ms=7, color=col)
     ax.axhline(0, color="k", lw=0.8)
     ax.set(xlabel="n / d", ylabel="T_ft = E R_scratch − E R_ft")
     ax.set_title(f"(b) slices at σ = {sig_ref:g}")
@@ -385,17 +354,7 @@ def plot_faf_finetune(df: pd.DataFrame, stem: Path, formats: Iterable[str], sig_
         cf = faf.scratch_risk(n, d, sig_hi) - lt.deep_finetune_risk_asymptotic(n, d, th_f, sig_hi, L)
         ax.plot(th_f, cf, "--", color=col, lw=1.0)
         s = _curve(deep, "theta", solver="gradient_descent", n=n, sigma=sig_hi)
-        ax.errorbar(
-            s["theta"],
-            s["risk"],
-            yerr=s["risk_se"],
-            fmt="s",
-            mfc="none",
-            ms=7,
-            capsize=2,
-            color=col,
-            label=f"n/d = {n / d:g}",
-        )
+        _errorbar(ax, s, "theta", fmt="s", mfc="none", ms=7, color=col, label=f"n/d = {n / d:g}")
         s = _curve(deep, "theta", solver="limit_point", n=n, sigma=sig_hi)
         ax.plot(s["theta"], s["risk"], "x", color=col, ms=7)
     ax.axhline(0, color="k", lw=0.8)
@@ -503,23 +462,16 @@ def plot_lt_depth(df: pd.DataFrame, stem: Path, formats: Iterable[str]) -> list[
             label=label,
             fmt="x",
         )
-        gd = _curve(part, "target_norm", solver="gradient_descent")
-        if len(gd):
-            ax.errorbar(
-                gd["target_norm"],
-                gd["risk"],
-                yerr=gd["risk_se"],
-                fmt="s",
-                mfc="none",
-                ms=7,
-                capsize=2,
-                color=col,
-            )
-        la = _curve(part, "target_norm", solver="linear_algebra")
-        if len(la):
-            ax.errorbar(
-                la["target_norm"], la["risk"], yerr=la["risk_se"], fmt="o", ms=4, capsize=2, color=col
-            )
+        _errorbar(
+            ax,
+            _curve(part, "target_norm", solver="gradient_descent"),
+            "target_norm",
+            fmt="s",
+            mfc="none",
+            ms=7,
+            color=col,
+        )
+        _errorbar(ax, _curve(part, "target_norm", solver="linear_algebra"), "target_norm", color=col)
     n, d, th = int(g["n"].iloc[0]), int(g["d"].iloc[0]), float(g["theta"].iloc[0])
     ax.set(xscale="log", yscale="log", xlabel="target norm ‖θ_T‖ (‖θ_S‖ = 1)", ylabel="E R after fine-tuning")
     ax.set_title(f"(a) depth helps when the tasks are aligned: n = {n}, d = {d}, θ = {th:g}")
@@ -578,17 +530,7 @@ def plot_lt_frozen(df: pd.DataFrame, stem: Path, formats: Iterable[str]) -> list
         if depth == 1:
             _errorbar(ax, rows, "n", color=col, label=label, fmt="o")
         else:
-            ax.errorbar(
-                rows["n"],
-                rows["risk"],
-                yerr=rows["risk_se"],
-                fmt="s",
-                mfc="none",
-                ms=8,
-                capsize=2,
-                color=col,
-                label=label,
-            )
+            _errorbar(ax, rows, "n", fmt="s", mfc="none", ms=8, color=col, label=label)
     d, th = int(f["d"].iloc[0]), float(f["theta"].iloc[0])
     ax.set(xlabel=f"target samples n (d = {d})", ylabel="E R", ylim=(0, None))
     ax.set_title(f"A frozen first layer cannot learn the target (θ = {angle_label(th)})")
