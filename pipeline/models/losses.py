@@ -188,15 +188,14 @@ def fused_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.Tensor] |
     if get_decoder is None or get_head is None:
         return None
     try:
-        body, head = get_decoder(), get_head()
+        head = get_head()
+        # the whole body first where the model has one (a LLaVA model's `model` also takes the
+        # images; a causal LM's is its decoder), then the decoder (a PEFT model's `model` is the
+        # causal LM with its head: the probe rejects it)
+        bodies = [getattr(model, "model", None), get_decoder()]
     except (AttributeError, NotImplementedError, ValueError):
         return None
-    if (
-        not isinstance(body, torch.nn.Module)
-        or body is model
-        or type(head) is not torch.nn.Linear
-        or head.bias is not None
-    ):
+    if type(head) is not torch.nn.Linear or head.bias is not None:
         return None
     config = getattr(model, "config", None)
     fields = config.to_dict() if hasattr(config, "to_dict") else {}
@@ -205,14 +204,21 @@ def fused_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.Tensor] |
         for name, value in _flatten(fields)
     ):
         return None
-    return (body, head.weight) if _probe_agrees(model, body, head) else None
+    for body in dict.fromkeys(b for b in bodies if isinstance(b, torch.nn.Module) and b is not model):
+        if _probe_agrees(model, body, head):
+            return body, head.weight
+    return None
 
 
 def body_hidden(
-    body: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    body: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None = None,
+    **inputs: torch.Tensor,
 ) -> torch.Tensor:
-    """Final hidden states of a model body (what the model's head is applied to), no KV cache."""
-    return body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)[0]
+    """Final hidden states of a model body (what the model's head is applied to), no KV cache;
+    `inputs`: the model's other inputs (a LLaVA batch's `pixel_values`)."""
+    return body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **inputs)[0]
 
 
 def _probe_agrees(
@@ -230,7 +236,7 @@ def _probe_agrees(
         ):
             want = model(input_ids=ids, use_cache=False).logits
             got = head(body_hidden(body, ids))
-    except (TypeError, ValueError, AttributeError, IndexError):
+    except (TypeError, ValueError, AttributeError, IndexError, RuntimeError):  # not a body of this head
         return False
     finally:
         model.train(was_training)

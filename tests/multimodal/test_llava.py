@@ -205,3 +205,32 @@ def test_the_other_image_loss_reads_the_image_and_leaves_text_alone():
     for b in (same, text):
         out = conversation_loss(llava, lambda b=b: iter([b]))
         assert out["loss_other_image"] == pytest.approx(out["loss"], rel=1e-6)
+
+
+def test_a_multimodal_batch_trains_through_the_fused_head_with_the_models_own_loss_and_gradients():
+    """The training loop's fused head on a LLaVA batch: the body takes the images, only the scored
+    rows reach the head, and loss and gradients equal those of the model's own logits."""
+    from pipeline.models.losses import fused_head
+    from pipeline.train.loop import _batch_loss, lm_loss
+
+    lm = causal_lm("olmo2", 100, tied=False)
+    resize_rows(lm, 101)
+    llava = build_llava(lm, tiny_tower(), 100, projector_seed=0).train()
+    batch = _batch(llava, 100)
+    batch["labels"][:, :-3] = IGNORE_INDEX  # the reply only, as in a LLaVA conversation
+    head = fused_head(llava)
+    assert head is not None and head[0] is llava.model  # the body that takes pixel_values
+
+    def loss_and_grads(fn):
+        llava.zero_grad()
+        loss = fn()
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in llava.named_parameters() if p.grad is not None}
+
+    got, got_g = loss_and_grads(lambda: _batch_loss(llava, head, batch))
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    want, want_g = loss_and_grads(lambda: lm_loss(llava(**inputs).logits, batch["labels"]))
+    assert torch.allclose(got, want, rtol=1e-5)
+    assert got_g.keys() == want_g.keys() and any(n.startswith("model.multi_modal_projector") for n in got_g)
+    for n in want_g:
+        assert torch.allclose(got_g[n], want_g[n], rtol=1e-4, atol=1e-7), n
