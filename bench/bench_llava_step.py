@@ -5,12 +5,12 @@
    the scored rows reach the head (a LLaVA batch scores its replies only: the toy's ~6% of the
    positions);
 3. as 2, in micro-batches of the batch's rows sorted by length, each cut after its longest row
-   (pipeline.train.loop._micro_batches): less padding, more calls. Measured 1.00x (4 rows) to
-   1.08x (8 rows) of 2 on 2 cores (docs/benchmarks.md), so the sampler does not sort.
+   (pipeline.train.loop._micro_batches): less padding, more calls. Measured 5% (4 rows) to 9%
+   (8 rows) under 2 (docs/benchmarks.md): not adopted.
 
 Same model, same batch, the contenders alternating in one process (the machine is noisy); medians
 of `--repeats` rounds. Shapes default to the offline demo's (config/vlm-demo.yaml): the `small`
-preset (width 64, 2 layers, vocabulary 2,049), the toy tower (width 64, 4 layers, 32 px, 16 image
+preset (width 64, 2 layers; vocabulary 2,049), the toy tower (width 64, 4 layers, 32 px, 16 image
 tokens), 16 conversations of 100-256 tokens (the toy's mean is 173) with 16 scored each.
 
 usage: python bench/bench_llava_step.py [--threads 1] [--repeats 7] [--micro 4]
@@ -24,40 +24,24 @@ import time
 
 import numpy as np
 import torch
-from transformers import CLIPVisionConfig, CLIPVisionModel, Olmo2Config, Olmo2ForCausalLM
 
 from pipeline.data.batches import IGNORE_INDEX, pad_masked_batch
+from pipeline.models.build import build_model, model_config
 from pipeline.models.losses import fused_head
+from pipeline.multimodal.config import TowerConfig, ToyDataConfig
 from pipeline.multimodal.llava import build_llava
-from pipeline.multimodal.tower import patch_tokens
+from pipeline.multimodal.tower import patch_tokens, toy_vision_config
 from pipeline.train.loop import _batch_loss, _micro_batches, lm_loss
 
 
-def toy_llava(vocab: int, width: int, layers: int) -> torch.nn.Module:
+def toy_llava(preset: str, vocab: int) -> torch.nn.Module:
+    """The demo's LLaVA at random weights: a size preset's language model (`vocab` rows, the last the
+    image token) around the toy tower of `multimodal.tower`'s defaults on the toy's images."""
+    from transformers import CLIPVisionModel
+
+    lm = build_model(model_config(preset, vocab, eos_token_id=2, pad_token_id=0), seed=0)
     torch.manual_seed(0)
-    lm = Olmo2ForCausalLM(
-        Olmo2Config(
-            vocab_size=vocab,
-            hidden_size=width,
-            intermediate_size=4 * width,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            max_position_embeddings=256,
-            pad_token_id=0,
-            bos_token_id=1,
-            eos_token_id=2,
-        )
-    )
-    tower = CLIPVisionModel(
-        CLIPVisionConfig(
-            hidden_size=64,
-            intermediate_size=256,
-            num_hidden_layers=4,
-            num_attention_heads=4,
-            image_size=32,
-            patch_size=8,
-        )
-    )
+    tower = CLIPVisionModel(toy_vision_config(TowerConfig(), ToyDataConfig().image_size))
     return build_llava(lm, tower.eval(), image_token=vocab - 1, projector_seed=0).train()
 
 
@@ -100,12 +84,11 @@ def main() -> None:
     ap.add_argument("--longest", type=int, default=256)
     ap.add_argument("--scored", type=int, default=16, help="scored positions per conversation")
     ap.add_argument("--micro", type=int, default=4, help="rows per micro-batch of contender 3")
-    ap.add_argument("--vocab", type=int, default=2049)
-    ap.add_argument("--lm-width", type=int, default=64)
-    ap.add_argument("--lm-layers", type=int, default=2)
+    ap.add_argument("--preset", default="small", help="the language model's size preset")
+    ap.add_argument("--vocab", type=int, default=2049, help="embedding rows (the toy BPE's 2,048 + <image>)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    model = toy_llava(args.vocab, args.lm_width, args.lm_layers)
+    model = toy_llava(args.preset, args.vocab)
     for n, p in model.named_parameters():
         p.requires_grad_(not n.startswith("model.vision_tower."))
     b = batch(model, args.rows, args.shortest, args.longest, args.scored, by_length=False)
@@ -129,7 +112,7 @@ def main() -> None:
     print(
         f"LLaVA stage-2 step, {args.rows} conversations of {args.shortest}-{args.longest} tokens "
         f"({args.scored} scored each, padded to {b['input_ids'].shape[1]}), vocabulary "
-        f"{args.vocab}, LM width {args.lm_width} x {args.lm_layers} layers, {args.threads} thread(s), "
+        f"{args.vocab}, preset {args.preset}, {args.threads} thread(s), "
         f"median of {args.repeats} rounds of {args.steps} steps"
     )
     base = statistics.median(times["model logits"])

@@ -132,12 +132,11 @@ def _save(tower, preprocess: Preprocess, out_dir: str | Path, record: dict) -> d
     return record
 
 
-def toy_clip(cfg: TowerConfig, image_size: int, vocab: int, eos: int, pad: int, context: int):
-    """An untrained tiny CLIP (vision: `image_size` / `cfg.patch_size` patches; text: the study's
-    tokenizer, pooled at its EOS token)."""
-    from transformers import CLIPConfig, CLIPModel, CLIPTextConfig, CLIPVisionConfig
+def toy_vision_config(cfg: TowerConfig, image_size: int):
+    """The toy tower's CLIPVisionConfig: `image_size` / `cfg.patch_size` patches of width `cfg.hidden`."""
+    from transformers import CLIPVisionConfig
 
-    vision = CLIPVisionConfig(
+    return CLIPVisionConfig(
         hidden_size=cfg.hidden,
         intermediate_size=4 * cfg.hidden,
         num_hidden_layers=cfg.layers,
@@ -146,6 +145,14 @@ def toy_clip(cfg: TowerConfig, image_size: int, vocab: int, eos: int, pad: int, 
         patch_size=cfg.patch_size,
         projection_dim=cfg.projection_dim,
     )
+
+
+def toy_clip(cfg: TowerConfig, image_size: int, vocab: int, eos: int, pad: int, context: int):
+    """An untrained tiny CLIP (vision: `toy_vision_config`; text: the study's tokenizer, pooled at
+    its EOS token)."""
+    from transformers import CLIPConfig, CLIPModel, CLIPTextConfig
+
+    vision = toy_vision_config(cfg, image_size)
     text = CLIPTextConfig(
         vocab_size=vocab,
         hidden_size=cfg.hidden,

@@ -31,6 +31,7 @@ from pipeline.multimodal.vlm_data import read_vlm_data, split_stage2
 from pipeline.multimodal.vlm_eval import benchmark_rows, conversation_loss
 
 if TYPE_CHECKING:
+    from pipeline.models.checkpoints import CheckpointSpec
     from pipeline.multimodal.vlm_data import VlmData
     from pipeline.ranks import Ranks
 
@@ -90,6 +91,12 @@ class VlmTask:
                 f"the image token moved: {(token, rows)} after {(self.image_token, self.rows)}"
             )
         self.image_token, self.rows, self.vocab_rows = token, rows, embedding_rows
+
+    def prepare_checkpoint(self, spec: CheckpointSpec, path: str | None) -> None:
+        """`prepare` for a checkpoint, before it is loaded: its tokenizer and embedding rows."""
+        from pipeline.models.loading import checkpoint_config, load_checkpoint_tokenizer
+
+        self.prepare(load_checkpoint_tokenizer(spec, path), checkpoint_config(spec, path).vocab_size)
 
     def build(self, lm: torch.nn.Module) -> torch.nn.Module:
         """The LLaVA model around the causal LM `lm`, what this stage trains marked trainable."""

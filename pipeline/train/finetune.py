@@ -41,11 +41,9 @@ from pipeline.evaluate.generation import write_responses
 from pipeline.evaluate.perplexity import EVAL_METRICS, eval_perplexity
 from pipeline.evaluate.tasks import eval_task
 from pipeline.models.loading import (
-    checkpoint_config,
     default_dtype,
     dtype_name,
     load_checkpoint,
-    load_checkpoint_tokenizer,
 )
 from pipeline.models.shapes import shape_of
 from pipeline.models.trained_params import base_parameters, describe, merge, select
@@ -264,9 +262,7 @@ def vlm_task(job: FinetuneJob) -> VlmTask | None:
         VlmConfig(**job.vlm["config"]),
         projector=job.vlm["projector"],
     )
-    task.prepare(
-        load_checkpoint_tokenizer(job.spec, job.path), checkpoint_config(job.spec, job.path).vocab_size
-    )
+    task.prepare_checkpoint(job.spec, job.path)
     return task
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from pipeline.io import atomic_path
-from pipeline.models.loading import checkpoint_config, default_dtype, dtype_name, load_checkpoint_tokenizer
+from pipeline.models.loading import default_dtype, dtype_name
 from pipeline.models.shapes import shape_of
 from pipeline.multimodal.vlm_task import PROJECTOR, VlmTask
 from pipeline.tables import metric_row, write_metrics
@@ -90,9 +90,7 @@ def run_stage1(job: Stage1Job) -> list[dict]:
     precision = resolve_precision(cfg.precision, job.device)
     torch.manual_seed(cfg.seed)
     task = VlmTask.open(job.task, "stage1", job.data_json, job.tower_dir, job.vlm, projector_seed=cfg.seed)
-    task.prepare(
-        load_checkpoint_tokenizer(job.spec, job.path), checkpoint_config(job.spec, job.path).vocab_size
-    )
+    task.prepare_checkpoint(job.spec, job.path)
     model, tokenizer = WHOLE.load(job.spec, job.path, job.device, precision, False, build=task.build)
     task.prepare(tokenizer, task.vocab_rows)  # the tokenizer the job uses gets the same image token
     context = model.config.text_config.max_position_embeddings
