@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from pipeline.models.loading import checkpoint_config, load_checkpoint_tokenizer
 from pipeline.multimodal.config import TEMPLATE_STAGE, VlmConfig
 from pipeline.multimodal.conversation import V1_CHAT_TEMPLATE, encode_conversations
 from pipeline.multimodal.llava import add_image_token, build_llava, language_model, resize_rows, save_hf
@@ -94,8 +95,6 @@ class VlmTask:
 
     def prepare_checkpoint(self, spec: CheckpointSpec, path: str | None) -> None:
         """`prepare` for a checkpoint, before it is loaded: its tokenizer and embedding rows."""
-        from pipeline.models.loading import checkpoint_config, load_checkpoint_tokenizer
-
         self.prepare(load_checkpoint_tokenizer(spec, path), checkpoint_config(spec, path).vocab_size)
 
     def build(self, lm: torch.nn.Module) -> torch.nn.Module:
