@@ -10,7 +10,6 @@ import copy
 import pytest
 import torch
 from transformers import (
-    CLIPVisionConfig,
     CLIPVisionModel,
     LlamaConfig,
     LlamaForCausalLM,
@@ -22,6 +21,7 @@ from transformers import (
 )
 
 from pipeline.data.batches import IGNORE_INDEX
+from pipeline.multimodal.config import TowerConfig
 from pipeline.multimodal.conversation import SYSTEM_V1, encode_conversations
 from pipeline.multimodal.llava import (
     IMAGE_TOKEN,
@@ -33,7 +33,7 @@ from pipeline.multimodal.llava import (
     save_hf,
 )
 from pipeline.multimodal.llava_json import LlavaRecord
-from pipeline.multimodal.tower import Preprocess, patch_tokens
+from pipeline.multimodal.tower import Preprocess, patch_tokens, toy_vision_config
 from pipeline.train.config import TrainConfig
 from pipeline.train.loop import train
 
@@ -54,15 +54,8 @@ def causal_lm(kind: str, vocab: int, tied: bool) -> torch.nn.Module:
 
 def tiny_tower() -> CLIPVisionModel:
     torch.manual_seed(1)
-    cfg = CLIPVisionConfig(
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        image_size=16,
-        patch_size=8,
-    )
-    return CLIPVisionModel(cfg).eval()
+    cfg = TowerConfig(hidden=16, layers=3, heads=2, patch_size=8, projection_dim=16)
+    return CLIPVisionModel(toy_vision_config(cfg, image_size=16)).eval()
 
 
 @pytest.mark.parametrize(

@@ -11,13 +11,13 @@ import json
 import pandas as pd
 import pytest
 import torch
-from transformers import CLIPVisionConfig, CLIPVisionModel
+from transformers import CLIPVisionModel
 
 from pipeline.models.build import build_model, model_config
 from pipeline.models.checkpoints import CheckpointSpec
-from pipeline.multimodal.config import Stage1Config, ToyDataConfig, VlmConfig
+from pipeline.multimodal.config import Stage1Config, TowerConfig, ToyDataConfig, VlmConfig
 from pipeline.multimodal.images import ImageError
-from pipeline.multimodal.tower import Preprocess
+from pipeline.multimodal.tower import Preprocess, toy_vision_config
 from pipeline.multimodal.vlm_data import write_toy_data
 from pipeline.multimodal.vlm_eval import SPLIT, VLM
 from pipeline.multimodal.vlm_task import PROJECTOR
@@ -42,15 +42,8 @@ def llava_files(tmp_path_factory, tokenizer, study_files):
     out = tmp_path_factory.mktemp("llava")
     data = write_toy_data(SMALL_TOY, out / "vlm")
     torch.manual_seed(0)
-    tower_cfg = CLIPVisionConfig(
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=3,
-        num_attention_heads=2,
-        image_size=32,
-        patch_size=16,
-    )
-    CLIPVisionModel(tower_cfg).save_pretrained(out / "tower")
+    tower_cfg = TowerConfig(hidden=16, layers=3, heads=2, patch_size=16, projection_dim=16)
+    CLIPVisionModel(toy_vision_config(tower_cfg, image_size=32)).save_pretrained(out / "tower")
     Preprocess(32).save(out / "tower")
     cfg = model_config("tiny", len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
     cfg.max_position_embeddings = 256
