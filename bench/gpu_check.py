@@ -13,6 +13,8 @@ next ones:
    pipeline's loop beside `transformers.Trainer` (same model, batch, sequence length, SDPA
    attention, fused AdamW): tokens/s after warm-up, MFU = 6 x parameters x tokens/s / the bf16
    dense peak (measured with large matmuls, and the spec sheet's), peak memory beside the planner.
+2b. pretrain: a pre-training step of the sweep's olmo-30m preset (Table 3's shape, 50,304 tokens of
+   vocabulary), bf16-mixed, by the pipeline's loop: tokens/s and MFU.
 3. perturb_eval: Gaussian perturbation (bf16 weights, float32 noise) and held-out perplexity.
 4. study: the kit's smoke study (bench/gpu_kit.yaml) through Snakemake on this device: data,
    pre-training, perturbation, bf16-mixed fine-tuning, the lm-eval suite, generation and the
@@ -140,7 +142,7 @@ def random_batches(vocab: int, batch: int, seq_len: int):
     return batch_fn
 
 
-def run_ours(args, device: torch.device) -> dict:
+def run_ours(args, device: torch.device, model: torch.nn.Module | None = None) -> dict:
     """The pipeline's loop (fused head, fused AdamW), bf16-mixed: tokens/s after warm-up, peak memory."""
     from pipeline.models.build import count_parameters
     from pipeline.models.shapes import shape_of
@@ -148,7 +150,7 @@ def run_ours(args, device: torch.device) -> dict:
     from pipeline.train.loop import train
     from pipeline.train.memory import GIB, estimate
 
-    model = fresh_model(args.model, device)
+    model = fresh_model(args.model, device) if model is None else model
     reset_peak(device)
     stamps: list[float] = []
 
@@ -302,6 +304,23 @@ def step_training(args, device: torch.device) -> dict:
             "peak_within_15pct_of_planner": abs(ours["peak_gib"] / ours["planner_gib"] - 1) <= 0.15,
         }
     return figures
+
+
+def step_pretrain(args, device: torch.device) -> dict:
+    """Pre-training step of the sweep's olmo-30m preset (Table 3's shape, the paper's 50,304-token
+    vocabulary; tiny on CPU) by the pipeline's loop, bf16-mixed: tokens/s and MFU (6 N per token)."""
+    from pipeline.models.build import build_model, model_config
+
+    preset, vocab = ("tiny", 512) if args.model == "tiny" else ("olmo-30m", 50304)
+    model = build_model(model_config(preset, vocab, 0, 1), seed=0).to(device)
+    seq_len = min(args.pretrain_seq_len, model.config.max_position_embeddings)
+    run = argparse.Namespace(**{**vars(args), "batch": args.pretrain_batch, "seq_len": seq_len})
+    figures = run_ours(run, device, model)
+    for key, peak in (("measured", measured_bf16_tflops(device)), ("spec", spec_bf16_tflops(device))):
+        figures[f"mfu_vs_{key}"] = (
+            6 * figures["params"] * figures["tokens_per_s"] / (peak * 1e12) if peak else None
+        )
+    return {"preset": preset, "vocab": vocab, "batch": args.pretrain_batch, "seq_len": seq_len, **figures}
 
 
 # --- the smoke study through Snakemake ----------------------------------------------------------
@@ -643,6 +662,7 @@ def step_vlm(args, device: torch.device) -> dict:
 STEPS: dict[str, Callable[[argparse.Namespace, torch.device], dict]] = {
     "cuda_tests": step_cuda_tests,
     "training": step_training,
+    "pretrain": step_pretrain,
     "perturb_eval": step_perturb_eval,
     "study": step_study,
     "torchrun": step_torchrun,
@@ -705,6 +725,12 @@ def summary(report: dict) -> str:
                 f"ours / Trainer: {f['speedup_vs_trainer']:.2f}x; peak {o['peak_gib']} GiB vs planner "
                 f"{o['planner_gib']:.2f} GiB"
             )
+        elif name == "pretrain":
+            lines.append(
+                f"{head}  {f['preset']} batch {f['batch']} x {f['seq_len']}: {f['tokens_per_s']:,.0f} tok/s, "
+                f"MFU {pct(f['mfu_vs_spec'])} (spec) / {pct(f['mfu_vs_measured'])} (measured), "
+                f"peak {f['peak_gib']} GiB vs planner {f['planner_gib']:.2f} GiB"
+            )
         elif name == "perturb_eval":
             lines.append(
                 f"{head}  perturbation {f['perturb_s']:.2f} s, perplexity {f['eval_tokens_per_s']:,.0f} tok/s"
@@ -744,6 +770,10 @@ def main() -> None:
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--pretrain-batch", type=int, default=64, help="pretrain step: sequences per step")
+    ap.add_argument(
+        "--pretrain-seq-len", type=int, default=1024, help="pretrain step (capped at the context)"
+    )
     ap.add_argument("--gen-batches", type=lambda s: [int(x) for x in s.split(",")], default=[1, 8, 32])
     ap.add_argument("--gen-prompt", type=int, default=128)
     ap.add_argument("--gen-new-tokens", type=int, default=128)

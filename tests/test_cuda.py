@@ -72,6 +72,32 @@ def test_fused_loss_on_cuda(dtype):
     assert abs(nll.item() - ref.item() * int(scored.sum())) < 1e-5 * ref.item() * int(scored.sum())
 
 
+def test_fused_loss_under_cuda_autocast_runs_its_matmuls_like_the_models_own_head():
+    """Under bf16 autocast the head's matmuls run in bf16 (the model's own head does too): loss and
+    gradients agree with autocast's `F.cross_entropy((h @ w.T).float())` to bf16 rounding."""
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(3000, 256, generator=gen).cuda()
+    weight = (0.05 * torch.randn(5000, 256, generator=gen)).cuda()
+    labels = torch.randint(0, 5000, (3000,), generator=gen).cuda()
+    labels[::5] = IGNORE_INDEX
+    grads = []
+    for fused in (True, False):
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = (
+                fused_linear_cross_entropy(h, w, labels, chunk_size=700)
+                if fused
+                else F.cross_entropy((h @ w.T).float(), labels)
+            )
+        loss.backward()
+        grads.append((loss.detach(), h.grad, w.grad))
+    (loss, gh, gw), (ref, rh, rw) = grads
+    assert loss.dtype == torch.float32 and abs(loss.item() - ref.item()) < 1e-3 * ref.item()
+    for got, want in ((gh, rh), (gw, rw)):
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * float(want.abs().max()))
+
+
 def test_bf16_mixed_training_on_cuda_keeps_fp32_weights_and_follows_fp32():
     losses = {}
     for precision in ("fp32", "bf16-mixed"):

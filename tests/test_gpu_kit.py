@@ -20,7 +20,20 @@ from test_wheelhouse import make_wheel
 ROOT = Path(__file__).resolve().parents[1]
 KIT = ROOT / "bench" / "gpu_check.py"
 CPU_ARGS = ["--device", "cpu", "--model", "tiny", "--batch", "2", "--seq-len", "64", "--steps", "6"]
-CPU_ARGS += ["--warmup", "2", "--gen-batches", "1,4", "--gen-prompt", "16", "--gen-new-tokens", "16"]
+CPU_ARGS += [
+    "--warmup",
+    "2",
+    "--pretrain-batch",
+    "2",
+    "--pretrain-seq-len",
+    "64",
+    "--gen-batches",
+    "1,4",
+    "--gen-prompt",
+    "16",
+    "--gen-new-tokens",
+    "16",
+]
 LIMIT_MIB = 64  # what one device run may carry
 
 
@@ -63,7 +76,16 @@ def test_the_kit_runs_end_to_end_in_an_image_shaped_environment(image_python, tm
     report = json.loads((out / "gpu-check.json").read_text())
     assert report["transformers"] == "5.17.0"  # the image's, not our pin
     steps = report["steps"]
-    assert list(steps) == ["cuda_tests", "training", "perturb_eval", "study", "torchrun", "generation", "vlm"]
+    assert list(steps) == [
+        "cuda_tests",
+        "training",
+        "pretrain",
+        "perturb_eval",
+        "study",
+        "torchrun",
+        "generation",
+        "vlm",
+    ]
     assert steps["cuda_tests"]["status"] == "skip"  # no CUDA here: every CUDA test skips itself
     assert all(s["status"] == "pass" for name, s in steps.items() if name != "cuda_tests"), steps
     study = steps["study"]["figures"]

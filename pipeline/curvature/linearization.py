@@ -209,8 +209,9 @@ def ridge_residual(kernel: torch.Tensor, residual: torch.Tensor, sigma: float) -
     """Kernel ridge regression on the residual targets r = y − f_θ_pre(X): its training residual
     R = ‖r − K (K + σI)⁻¹ r‖² = ‖σ (K + σI)⁻¹ r‖², and Theorem 5's bounds with the residual's norm,
     (σ‖r‖ / (σ + λ_max))² ≤ R ≤ (σ‖r‖ / (σ + λ_min))²."""
-    k, r = kernel.double(), residual.double()
-    eye = torch.eye(k.shape[0], dtype=torch.float64)
+    k = kernel.double()
+    r = residual.double().to(k.device)  # the log-likelihoods come back on the host
+    eye = torch.eye(k.shape[0], dtype=torch.float64, device=k.device)
     left = sigma * torch.linalg.solve(k + sigma * eye, r)
     eig = torch.linalg.eigvalsh(k).clamp(min=0.0)
     norm = float(torch.linalg.vector_norm(r))
@@ -280,7 +281,7 @@ def spectral_perturbation(
     r = λ_max(K + S + σI) / λ_max(K + σI), and the kernel-ridge training residual on the residual
     targets with K alone and with K + S (their ratio is what the ranking claims to predict)."""
     k, s = base.double(), added.double()
-    eye = torch.eye(k.shape[0], dtype=torch.float64)
+    eye = torch.eye(k.shape[0], dtype=torch.float64, device=k.device)
     evals, evecs = torch.linalg.eigh(k + sigma * eye)
     inv_sqrt = evecs @ torch.diag(evals.clamp(min=sigma).rsqrt()) @ evecs.T
     eta = float(torch.linalg.matrix_norm(inv_sqrt @ s @ inv_sqrt, ord=2))

@@ -7,7 +7,10 @@ is memory-bound traffic several times the size of the rest of the step. Here the
 `logits = h @ W^T` is evaluated a chunk of rows at a time (small enough to stay in cache), and
 during the forward pass each chunk's loss and gradients are computed at once, so the full
 logits never exist (the idea of Liger-Kernel's FusedLinearCrossEntropy, in plain torch so it
-runs on CPU and GPU alike). All logit arithmetic is float32, also for bf16/fp16 models.
+runs on CPU and GPU alike). The softmax and loss arithmetic is float32, also for bf16/fp16
+models; under CUDA autocast the three matmuls (logits and both gradients) run in autocast's dtype,
+as the model's own head would, since float32 matmuls run ~10x slower than bf16 there (the GPU kit
+measured a float32 head at 0.67x Trainer's step rate on OLMo-1B's shape, docs/benchmarks.md).
 
 `fused_head(model)` returns the model body and head weight when this is exactly what the
 model's own forward computes, else None (callers then use `model(...).logits`).
@@ -53,17 +56,28 @@ def _base2_head(weight: torch.Tensor) -> torch.Tensor:
 _MIN_SUM = 2.0**-60
 
 
+def _matmul_dtype(device: torch.device) -> torch.dtype:
+    """The head's matmul dtype: autocast's on CUDA where it is on (read before the head turns it
+    off), else float32."""
+    on = device.type == "cuda" and torch.is_autocast_enabled(device.type)
+    return torch.get_autocast_dtype(device.type) if on else torch.float32
+
+
 def _chunk_nll(
     h: torch.Tensor, y: torch.Tensor, head2_t: torch.Tensor, buf: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row NLL in nats (c x 1) of one chunk; leaves 2^(logits2 - shift) in `buf`, returns (nll, row sums).
 
-    h: (c, H); y: (c, 1) target ids; head2_t: `_base2_head(weight)`; buf: (>= c, V) float32
-    scratch. In-place passes over a cache-sized buffer instead of logsumexp's temporaries. On CPU
-    the shift is 0 when no row can overflow or underflow (checked after the fact: two passes
-    fewer); elsewhere, or for a chunk that fails the check, it is each row's max.
+    h: (c, H); y: (c, 1) target ids; head2_t: `_base2_head(weight)` in the matmul dtype; buf:
+    (>= c, V) float32 scratch. In-place passes over a cache-sized buffer instead of logsumexp's
+    temporaries. On CPU the shift is 0 when no row can overflow or underflow (checked after the
+    fact: two passes fewer); elsewhere, or for a chunk that fails the check, it is each row's max.
     """
-    logits2 = torch.mm(h.float(), head2_t, out=buf[: h.size(0)])
+    logits2 = buf[: h.size(0)]
+    if head2_t.dtype == torch.float32:
+        torch.mm(h.float(), head2_t, out=logits2)
+    else:
+        logits2.copy_(torch.mm(h.to(head2_t.dtype), head2_t))
     target = logits2.gather(1, y)
     if h.device.type == "cpu":
         sums = logits2.exp2_().sum(dim=1, keepdim=True)
@@ -87,16 +101,17 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
     def forward(
         ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_size: int | None
     ) -> torch.Tensor:
+        mm_dtype = _matmul_dtype(hidden.device)  # before autocast is turned off below
         with torch.autocast(hidden.device.type, enabled=False):
-            w = weight.float()  # a no-op for float32 weights
-            head2_t = _base2_head(weight)
+            w = weight.to(mm_dtype)  # a no-op for float32 weights and matmuls
+            head2_t = _base2_head(weight).to(mm_dtype)
             valid = (labels != IGNORE_INDEX).unsqueeze(1)
             safe = torch.where(valid, labels.unsqueeze(1), 0)
             # 1 / (number of scored rows) as a tensor: no host sync (nan when none, like F.cross_entropy)
             inv_n = valid.sum().float().reciprocal()
             want_h, want_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
             grad_h = torch.empty(hidden.shape, dtype=torch.float32, device=hidden.device) if want_h else None
-            grad_w_t = torch.zeros_like(head2_t) if want_w else None
+            grad_w_t = torch.zeros_like(head2_t, dtype=torch.float32) if want_w else None
             chunk_size = chunk_size or default_chunk_rows(w.size(0), hidden.device)
             buf = torch.empty(
                 min(chunk_size, hidden.size(0)), w.size(0), dtype=torch.float32, device=hidden.device
@@ -112,10 +127,14 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
                     scale = ok * inv_n
                     g = buf[: end - start].mul_(scale / sums)
                     g.scatter_add_(1, y, -scale)
-                    if want_h:
+                    if want_h and mm_dtype == torch.float32:
                         torch.mm(g, w, out=grad_h[start:end])
-                    if want_w:
+                    elif want_h:
+                        grad_h[start:end] = torch.mm(g.to(mm_dtype), w)
+                    if want_w and mm_dtype == torch.float32:
                         grad_w_t.addmm_(h.float().t(), g)
+                    elif want_w:
+                        grad_w_t += torch.mm(h.to(mm_dtype).t(), g.to(mm_dtype))
             ctx.save_for_backward(grad_h, grad_w_t)
             ctx.dtypes = (hidden.dtype, weight.dtype)
             return total * inv_n

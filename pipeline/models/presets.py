@@ -48,4 +48,5 @@ def preset_shape(preset: str, vocab: int) -> ModelShape:
         vocab,
         False,
         p.max_position_embeddings,
+        p.attention_dropout,
     )

@@ -19,6 +19,7 @@ class ModelShape:
     vocab: int
     tied: bool = False
     context: int = 2048  # positions: the sequence length when a run sets none
+    attention_dropout: float = 0.0  # > 0: training keeps each head's (seq x seq) probabilities
 
     @property
     def kv_dim(self) -> int:
@@ -54,4 +55,5 @@ def shape_of(config) -> ModelShape:
         vocab=config.vocab_size,
         tied=bool(getattr(config, "tie_word_embeddings", False)),
         context=config.max_position_embeddings,
+        attention_dropout=float(getattr(config, "attention_dropout", 0.0) or 0.0),
     )

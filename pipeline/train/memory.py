@@ -10,10 +10,15 @@ Per rank, for a model of P parameters sharded over N ranks (N = 1: one process):
   the backward pass (2 B x P); a sharded rank gathers two decoder layers at a time (the current one
   and the prefetched next) in the compute dtype, the embeddings and the float32 output layer, and
   holds one layer's float32 gradients before the reduce-scatter;
-- activations: per token and decoder layer 4 B x (10 h + 4 kv_dim + 4 i), measured with saved-tensor
-  hooks on CPU (tests/train/test_memory.py): float32 and bf16 autocast save about the same bytes
-  (autocast keeps float32 norm inputs beside bf16 matmul inputs). With activation checkpointing a
-  layer keeps only its input (4 B x h per token) and one layer at a time is recomputed;
+- activations: per token and decoder layer, measured with saved-tensor hooks on an OLMo-2 layer
+  with SDPA attention (bench/bench_activation_memory.py; CPU and an H100 save the same bytes):
+  float32 4 B x (10 h + 4 kv_dim + 4 i); bf16 autocast 35 h + 8 kv_dim + 10 i bytes (bf16 matmul
+  inputs beside float32 norm inputs: ~0.69x). An OLMo (v1) layer (non-parametric norms, no q/k
+  norm) saves less (0.80x / 0.71x of these), so its plans are conservative. With activation
+  checkpointing a layer keeps only its input (4 B x h per token) and one layer at a time is
+  recomputed. Attention dropout (the olmo-* presets' 0.1) takes SDPA off its fused kernels: a layer
+  then also keeps every head's probabilities, heads x seq_len values per token (an H100 measured
+  4.4 GiB more than without for olmo-30m at 64 x 1024 tokens; this term gives 4.5);
 - logits: one process uses the chunked fused head (float32 logits of at most 256 MiB of rows at a
   time, and their gradient); a sharded model the full float32 logits, their log-softmax and
   gradient (12 B x vocab per token).
@@ -46,9 +51,12 @@ class PlanError(ValueError):
     """No allowed GPU count fits the job: the message carries the arithmetic."""
 
 
-def activation_bytes(shape: ModelShape) -> int:
+def activation_bytes(shape: ModelShape, precision: str = "fp32") -> int:
     """Bytes a decoder layer saves for the backward pass per token (SDPA / flash attention)."""
-    return 4 * (10 * shape.hidden + 4 * shape.kv_dim + 4 * shape.intermediate)
+    h, kv, i = shape.hidden, shape.kv_dim, shape.intermediate
+    if precision == "bf16-mixed":
+        return 35 * h + 8 * kv + 10 * i
+    return 4 * (10 * h + 4 * kv + 4 * i)
 
 
 @dataclass(frozen=True)
@@ -97,7 +105,9 @@ def estimate(
         embeddings = shape.vocab * shape.hidden * (w + (0 if shape.tied else 4))
         working = 2 * shape.layer_params * w + embeddings + shape.layer_params * 4 + w * frozen // ranks
     tokens = micro_batch * seq_len
-    per_layer = activation_bytes(shape) * tokens
+    per_layer = activation_bytes(shape, precision) * tokens
+    if shape.attention_dropout > 0:  # each head's probabilities, in the compute dtype
+        per_layer += shape.heads * seq_len * COMPUTE_BYTES[precision] * tokens
     if activation_checkpointing:
         activations = shape.layers * 4 * shape.hidden * tokens + per_layer
     else:

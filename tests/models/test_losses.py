@@ -187,3 +187,33 @@ def test_tied_embeddings_get_the_gradient_of_both_uses(tiny_model, tokens):
     fused_linear_cross_entropy(body_hidden(body, inputs), weight, labels).backward()
     for n, p in tiny_model.named_parameters():
         torch.testing.assert_close(p.grad, want[n], rtol=1e-4, atol=1e-5 * float(want[n].abs().max()))
+
+
+def test_the_heads_low_precision_matmuls_follow_autocasts_own_head(monkeypatch):
+    """The bf16 path of the head's matmuls (taken under CUDA autocast; forced here on the CPU):
+    loss and gradients agree with autocast's `F.cross_entropy((h @ w.T).float())` to bf16 rounding."""
+    from pipeline.models import losses
+
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(600, 64, generator=gen)
+    weight = 0.1 * torch.randn(500, 64, generator=gen)
+    labels = torch.randint(0, 500, (600,), generator=gen)
+    labels[::5] = IGNORE_INDEX
+    monkeypatch.setattr(losses, "_matmul_dtype", lambda device: torch.bfloat16)
+    results = []
+    for fused in (True, False):
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = None if fused else h @ w.T
+            loss = (
+                fused_linear_cross_entropy(h, w, labels, chunk_size=128)
+                if fused
+                else F.cross_entropy(logits.float(), labels)
+            )
+        loss.backward()
+        results.append((loss.detach(), h.grad, w.grad))
+    (loss, gh, gw), (ref, rh, rw) = results
+    assert loss.dtype == torch.float32 and abs(loss.item() - ref.item()) < 2e-3 * ref.item()
+    for got, want in ((gh, rh), (gw, rw)):
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got, want, rtol=3e-2, atol=3e-2 * float(want.abs().max()))

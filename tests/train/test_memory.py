@@ -99,10 +99,14 @@ def test_activations_per_token_and_layer_match_the_planner(shape):
     planned = activation_bytes(shape)
     fp32 = saved_bytes_per_token(shape, autocast=False, recompute=False, tokens=(2, 64))
     longer = saved_bytes_per_token(shape, autocast=False, recompute=False, tokens=(1, 256))
-    mixed = saved_bytes_per_token(shape, autocast=True, recompute=False, tokens=(2, 64))
+    # autocast's bf16 copies of the weights are saved too, once: the slope in tokens drops them
+    mixed = 2 * saved_bytes_per_token(shape, True, False, (4, 64)) - saved_bytes_per_token(
+        shape, True, False, (2, 64)
+    )
     assert 0.9 < fp32 / planned < 1.1
     assert longer == pytest.approx(fp32, rel=0.05)  # linear in tokens: no (seq x seq) attention matrix
-    assert 0.6 < mixed / planned <= 1.05  # autocast keeps fp32 norm inputs beside bf16 matmul inputs
+    # autocast keeps fp32 norm inputs beside bf16 matmul inputs (an H100 saves the same bytes)
+    assert 0.95 < mixed / activation_bytes(shape, "bf16-mixed") < 1.05
     # activation checkpointing: the layer keeps its input only (4 B x hidden per token)
     recomputed = saved_bytes_per_token(shape, autocast=False, recompute=True, tokens=(2, 64))
     assert recomputed == pytest.approx(4 * shape.hidden, rel=0.05)
