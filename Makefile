@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 STAMP   := .venv/.installed
 CORES   ?= all
 
-.PHONY: setup apt-packages study test smoke demo alpaca-eval-demo vlm-demo lint bench clean docs gpu-check gpu-wheels gpu-kit
+.PHONY: setup apt-packages study evidence test smoke demo alpaca-eval-demo vlm-demo lint bench clean docs gpu-check gpu-wheels gpu-kit
 
 setup: $(STAMP) data/packages/.fetched
 
@@ -32,17 +32,23 @@ apt-packages:
 	else bash envs/install_apt_packages.sh envs/apt-packages.txt; fi
 
 # two pytest-xdist workers; the tests of one study stay on one worker (tests/conftest.py)
+# The evidence study (config/evidence.yaml): 3 pre-training seeds x 7 budgets, the Gaussian and
+# fine-tuning arms; docs/findings.md quotes its registered claims (`make docs`).
+evidence: setup
+	.venv/bin/snakemake --cores $(CORES) --configfile config/evidence.yaml
+
 test: setup apt-packages
 	$(PY) -m pytest -q -n 2 tests
 
 smoke: setup
 	.venv/bin/snakemake --cores $(CORES) --configfile tests/smoke/config.yaml
 
-# README's result tables and docs/figures from a finished study (default: the default study's results):
-# the rows they need go to docs/reference/, which a test renders and compares with README.md.
-DOCS_STUDY ?= results/default
+# docs/findings.md and the README's claims table from the finished studies (those of DOCS_STUDIES that
+# exist): the tables the registered claims read go to docs/reference/<study>/, which a test renders
+# and compares with the committed pages (pipeline/analysis/findings.py).
+DOCS_STUDIES ?= results/evidence results/default results/lora results/linearization results/vlm-demo
 docs: setup
-	$(PY) -m pipeline.analysis.readme_tables $(DOCS_STUDY)
+	$(PY) -m pipeline.analysis.findings $(wildcard $(DOCS_STUDIES))
 
 # Offline demo of the hub path (docs/checkpoints.md, 'The offline stand-in'): the packaged
 # SmolLM2-135M exported into a local hub cache, then perturbed and scored on perplexity + the

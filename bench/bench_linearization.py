@@ -14,7 +14,7 @@ For one pre-trained checkpoint of a study and one of its task tables it times:
   against a graph-free jvp plus one ordinary backward at θ_pre (`jvp_then_backward`), alternated on
   the same batches, with their gradients compared.
 
-usage: python bench/bench_linearization.py results/default tiny-8000000 code [--repeats 3]
+usage: python bench/bench_linearization.py results/default tiny-8000000-s0 code [--repeats 3]
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@
 The job is the smoke study's fine-tuning settings (tests/smoke/config.yaml) on a checkpoint and a
 task table of an existing study, e.g. after `make smoke`:
 
-usage: python bench/bench_sharded.py [--study results/ci-smoke] [--checkpoint tiny-262144]
+usage: python bench/bench_sharded.py [--study results/ci-smoke] [--checkpoint tiny-262144-s0]
            [--task mr] [--ranks 2] [--steps 16]
 """
 
@@ -130,7 +130,7 @@ def state_of(ranks: int, job_file: Path) -> dict[str, int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--study", default=str(ROOT / "results" / "ci-smoke"))
-    ap.add_argument("--checkpoint", default="tiny-262144")
+    ap.add_argument("--checkpoint", default="tiny-262144-s0")
     ap.add_argument("--task", default="mr")
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--steps", type=int, default=16)

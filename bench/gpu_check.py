@@ -481,7 +481,8 @@ def step_torchrun(args, device: torch.device) -> dict:
 
     config = kit_study_config(args, device)
     study, ft = config["study"], config["finetune"]
-    spec = sweep_checkpoints(config["pretrain"]["presets"], config["pretrain"]["budgets"], study)[-1]
+    pt = config["pretrain"]
+    spec = sweep_checkpoints(pt["presets"], pt["budgets"], pt["seeds"], study)[-1]
     if not Path(ROOT, spec.path).is_dir():
         raise RuntimeError(f"needs the study step's checkpoint {spec.path} (run the study step first)")
     cfg = replace(

@@ -85,7 +85,10 @@ def write_judge(out: Path, data: Path) -> str:
     with tempfile.TemporaryDirectory(prefix="gpu-kit-judge-") as tmp:
         cfg = kit_config(data, "cpu", study="gpu-kit-judge")
         preset, budget = cfg["pretrain"]["presets"][0], min(cfg["pretrain"]["budgets"])
-        target = layout.study_path(cfg["study"], layout.PRETRAIN_RUN, model=preset, budget=budget)
+        seed = cfg["pretrain"]["seeds"][0]
+        target = layout.study_path(
+            cfg["study"], layout.PRETRAIN_RUN, model=preset, budget=budget, pretrain_seed=seed
+        )
         cfg_file = Path(tmp) / "config.yaml"
         cfg_file.write_text(yaml.safe_dump(cfg))
         snakemake = [sys.executable, "-m", "snakemake", target, "--cores", "2", "--configfile", str(cfg_file)]

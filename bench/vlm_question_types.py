@@ -7,7 +7,7 @@ majority answer or it does not. Reads a stage-2 model saved by `multimodal.save_
 study's LLaVA data (the same items and greedy replies as the job's benchmark rows).
 
 usage: python bench/vlm_question_types.py results/vlm-demo \\
-           results/vlm-demo/finetune/small-4000000/llava/sft/lr0.03_lam0_seed0.hf [--min-items 8]
+           results/vlm-demo/finetune/small-4000000-s0/llava/sft/lr0.03_lam0_seed0.hf [--min-items 8]
 """
 
 from __future__ import annotations

@@ -9,7 +9,17 @@ from __future__ import annotations
 
 RESULTS = "results"
 
-PRETRAIN_RUN = "pretrain/{model}/{budget}"  # a save_pretrained dir (+ init_std.json, loss curve)
+# the pre-training data: documents with their split, the training split as one token stream and
+# its record (size, the corpus and tokenizer settings it was made with: the start-up budget check),
+# the mix per source, and each fine-tuning task's tokens that pre-training never predicts
+CORPUS = "data/corpus.parquet"
+TOKENIZER = "tokenizer/tokenizer.json"
+TRAIN_TOKENS = "data/train_tokens.npy"
+TRAIN_TOKENS_INFO = "data/train_tokens.json"
+CORPUS_MANIFEST = "data/corpus_manifest.parquet"
+TOKEN_COVERAGE = "data/token_coverage.parquet"
+# one run of the sweep: a save_pretrained dir (+ init_std.json, loss curve, summary.json)
+PRETRAIN_RUN = "pretrain/{model}/seed{pretrain_seed}/{budget}"
 PERTURB_PART = "perturb/{checkpoint}.parquet"
 LM_EVAL_PART = "lm_eval/{checkpoint}.parquet"
 TASK_TABLE = "data/tasks/{task}.parquet"
@@ -55,6 +65,8 @@ VLM_PROJECTOR = "finetune/{checkpoint}/{task}/projector.pt"
 VLM_HF = "finetune/{checkpoint}/{task}/{method}/lr{lr}_lam{lam}_seed{seed}.hf"
 METRICS = "metrics.parquet"
 INFLECTION = "analysis/inflection.parquet"
+PRETRAIN_RUNS = "analysis/pretrain_runs.parquet"  # one row per pre-training run: seed, budget, epochs, ...
+FINDINGS = "findings.md"  # every registered claim on this study's tables (pipeline/analysis/claims.py)
 FINETUNE_TUNED = "analysis/finetune_tuned.parquet"
 FIGURE = "figures/{name}.{ext}"
 

@@ -25,11 +25,12 @@ from pipeline.io import write_parquet
 # Column -> arrow type. Hyperparameter columns are null where they do not apply.
 METRIC_COLUMNS: dict[str, pa.DataType] = {
     "study": pa.string(),
-    "checkpoint": pa.string(),  # unique name of the base model, e.g. "tiny-1000000"
+    "checkpoint": pa.string(),  # unique name of the base model, e.g. "tiny-1000000-s0"
     "source": pa.string(),  # sweep | local | hub | theory
     "model": pa.string(),  # size preset / model family, e.g. "tiny", "allenai/OLMo-1B-hf"
     "budget": pa.float64(),  # pre-training budget in `budget_unit`
     "budget_unit": pa.string(),  # tokens | feature_index (theory track)
+    "pretrain_seed": pa.int64(),  # seed of the pre-training run (null: a hub / local checkpoint)
     "modification": pa.string(),  # none | gaussian | sft | ...
     "gamma": pa.float64(),  # Gaussian perturbation scale (relative to init std)
     "task": pa.string(),  # fine-tuning task

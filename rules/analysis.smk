@@ -71,6 +71,7 @@ rule loss_curves:
         targets.pretrain_dirs(config, CHECKPOINTS),
     output:
         **figure_outputs("loss_curves"),
+        runs=study_path(layout.PRETRAIN_RUNS),
     log:
         study_path("logs/loss_curves.log"),
     benchmark:
@@ -82,3 +83,22 @@ rule loss_curves:
         **fixed_resources(2000, 10),
     script:
         "scripts/loss_curves.py"
+
+
+# Every registered claim (pipeline/analysis/claims.py) on this study's tables, with its verdict.
+rule findings:
+    input:
+        findings_inputs,
+    output:
+        study_path(layout.FINDINGS),
+    log:
+        study_path("logs/findings.log"),
+    benchmark:
+        study_path("benchmarks/findings.tsv")
+    conda:
+        "../envs/overtrain.yaml"
+    threads: 1
+    resources:
+        **fixed_resources(2000, 10),
+    script:
+        "scripts/findings.py"

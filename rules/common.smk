@@ -47,6 +47,7 @@ VLM_TASK = "|".join(VLM_TASKS)
 wildcard_constraints:
     model=r"[A-Za-z0-9_.-]+",
     budget=r"\d+",
+    pretrain_seed=r"\d+",
     checkpoint=r"[A-Za-z0-9._-]+",
     task=f"{TEXT_TASK}|{VLM_TASK}",
     lr=r"[0-9.e+-]+",
@@ -121,6 +122,14 @@ def task_package_files(wildcards):
 
 def tokenizer_task_tables(wildcards):
     return targets.tokenizer_task_tables(config)
+
+
+def coverage_task_tables(wildcards):
+    return targets.coverage_task_tables(config)
+
+
+def findings_inputs(wildcards):
+    return targets.findings_inputs(config, CHECKPOINTS)
 
 
 def benchmark_figure_inputs(wildcards):

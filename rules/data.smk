@@ -5,7 +5,7 @@ rule corpus:
     input:
         corpus_packages,
     output:
-        study_path("data/corpus.parquet"),
+        study_path(layout.CORPUS),
     log:
         study_path("logs/corpus.log"),
     benchmark:
@@ -23,10 +23,10 @@ rule corpus:
 
 rule tokenizer:
     input:
-        corpus=study_path("data/corpus.parquet"),
+        corpus=study_path(layout.CORPUS),
         tasks=tokenizer_task_tables,
     output:
-        study_path("tokenizer/tokenizer.json"),
+        study_path(layout.TOKENIZER),
     log:
         study_path("logs/tokenizer.log"),
     benchmark:
@@ -44,10 +44,12 @@ rule tokenizer:
 
 rule tokenize_train:
     input:
-        corpus=study_path("data/corpus.parquet"),
-        tokenizer=study_path("tokenizer/tokenizer.json"),
+        corpus=study_path(layout.CORPUS),
+        tokenizer=study_path(layout.TOKENIZER),
     output:
-        study_path("data/train_tokens.npy"),
+        tokens=study_path(layout.TRAIN_TOKENS),
+        info=study_path(layout.TRAIN_TOKENS_INFO),
+        manifest=study_path(layout.CORPUS_MANIFEST),
     log:
         study_path("logs/tokenize_train.log"),
     benchmark:
@@ -57,5 +59,29 @@ rule tokenize_train:
     threads: 2
     resources:
         **fixed_resources(4000, 30),
+    params:
+        made_with={"corpus": config["corpus"], "tokenizer": config["tokenizer"]},
     script:
         "scripts/tokenize_train.py"
+
+
+# Every fine-tuning text task's validation / test tokens against the training split: the share
+# whose id pre-training never predicts (pipeline/data/manifest.py).
+rule token_coverage:
+    input:
+        tokens=study_path(layout.TRAIN_TOKENS),
+        tokenizer=study_path(layout.TOKENIZER),
+        tasks=coverage_task_tables,
+    output:
+        study_path(layout.TOKEN_COVERAGE),
+    log:
+        study_path("logs/token_coverage.log"),
+    benchmark:
+        study_path("benchmarks/token_coverage.tsv")
+    conda:
+        "../envs/overtrain.yaml"
+    threads: 1
+    resources:
+        **fixed_resources(4000, 30),
+    script:
+        "scripts/token_coverage.py"

@@ -1,17 +1,18 @@
-# The pre-training sweep: one run per (model preset, token budget), cosine to zero at the budget.
+# The pre-training sweep: one run per (model preset, pre-training seed, token budget), cosine to zero
+# at the budget.
 # Code: pipeline/train/pretrain.py (train/ runs pre-training and fine-tuning alike).
 
 
 rule pretrain:
     input:
-        tokens=study_path("data/train_tokens.npy"),
-        tokenizer=study_path("tokenizer/tokenizer.json"),
+        tokens=study_path(layout.TRAIN_TOKENS),
+        tokenizer=study_path(layout.TOKENIZER),
     output:
         directory(study_path(layout.PRETRAIN_RUN)),
     log:
-        study_path("logs/pretrain/{model}-{budget}.log"),
+        study_path("logs/pretrain/{model}-{budget}-s{pretrain_seed}.log"),
     benchmark:
-        study_path("benchmarks/pretrain/{model}-{budget}.tsv")
+        study_path("benchmarks/pretrain/{model}-{budget}-s{pretrain_seed}.tsv")
     conda:
         "../envs/overtrain.yaml"
     threads: config["pretrain"]["threads"]
@@ -19,7 +20,8 @@ rule pretrain:
         **preset_resources("pretrain"),
     params:
         hp=pretrain_params(config),
-        state=lambda wc: study_path(f"pretrain/.resume/{wc.model}-{wc.budget}"),
+        state=lambda wc: study_path(f"pretrain/.resume/{wc.model}-{wc.budget}-s{wc.pretrain_seed}"),
+        allow_repeat=config["pretrain"]["allow_repeat"],
         device=DEVICE,
     script:
         "scripts/pretrain.py"

@@ -176,7 +176,7 @@ def plot_sharpness(
     fig, axes = plt.subplots(1, 5, figsize=(23, 4.2))
     x = sharp["budget"]
     axes[0].errorbar(x, sharp["hessian_trace"], yerr=sharp["hessian_trace_se"], marker="o", capsize=3)
-    axes[0].set(title="tr(H) (Hutchinson ± SE)", ylabel="value")
+    axes[0].set(title="tr(H) (Hutchinson ± SE over its probes)", ylabel="value")
     axes[1].plot(x, sharp["hessian_top_eig"], "s-", color="C1")
     axes[1].axhline(0, color="0.6", lw=0.6)
     axes[1].set(title="largest-|λ| eigenvalue of H (power iteration)", ylabel="value")
@@ -189,7 +189,7 @@ def plot_sharpness(
         capsize=3,
         color="C2",
     )
-    ax.set(title="tr(D H D) = E[εᵀHε], D = init std", ylabel="value")
+    ax.set(title="tr(D H D) = E[εᵀHε], D = init std (± SE over probes)", ylabel="value")
     for ax, gamma in zip(axes[3:], (small, large)):
         measured, predicted = sensitivity_vs_prediction(metrics, sharp, gamma)
         ax.errorbar(
@@ -198,7 +198,7 @@ def plot_sharpness(
             yerr=measured["std"],
             marker="o",
             capsize=3,
-            label="measured (perturbation stage, mean ± sd over seeds)",
+            label="measured (perturbation stage, mean ± sd over perturbation seeds)",
         )
         ax.errorbar(
             predicted["budget"],
@@ -207,7 +207,7 @@ def plot_sharpness(
             marker="s",
             ls="--",
             capsize=3,
-            label="quadratic: ½γ² tr(DHD) ± SE",
+            label="quadratic: ½γ² tr(DHD) ± SE over probes",
         )
         ax.set(title=f"Δ log-ppl at γ = {gamma:g}", ylabel="Δ loss (nats)")
         ax.legend(fontsize=8)

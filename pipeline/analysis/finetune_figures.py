@@ -11,11 +11,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 
+from pipeline.analysis.seeds import curve_bands
 from pipeline.analysis.style import format_tokens, save_figure, set_style, tuned_curve
-from pipeline.analysis.sweep_figures import mark_inflections, token_axis
+from pipeline.analysis.sweep_figures import band_note, band_plot, mark_inflections, token_axis
 
 if TYPE_CHECKING:
     import pandas as pd
+
+# What a band or bar covers, in the figures' legends (the captions, report/finetune_*.rst, say more).
+SEED_BAND = "band: ±1 sd over fine-tuning seeds"
+TUNED_BARS = "bars: ±1 sd over fine-tuning seeds at the tuned LR"
 
 
 def _lr_palette(lrs: Iterable[float]) -> dict[float, tuple]:
@@ -24,8 +29,9 @@ def _lr_palette(lrs: Iterable[float]) -> dict[float, tuple]:
 
 
 def _base_line(ax: plt.Axes, base: pd.DataFrame, label: str = "base (not fine-tuned)") -> None:
-    b = base.sort_values("budget")
-    ax.plot(b["budget"], b["value"], "k--", marker="s", ms=4, label=label)
+    """The unmodified model's curve (the mean over pre-training seeds where a budget has several)."""
+    b = base.groupby("budget")["value"].mean()
+    ax.plot(b.index, b.to_numpy(), "k--", marker="s", ms=4, label=label)
 
 
 def plottable_lrs(d: pd.DataFrame, max_pretrain_ppl: float | None) -> set[float]:
@@ -50,15 +56,21 @@ def plot_fixed_lr(
     stem: str | Path,
     formats: Iterable[str],
     max_pretrain_ppl: float | None = None,
+    n_bootstrap: int = 1000,
+    seed: int = 0,
 ) -> list[Path]:
     """Per (model, task) row, vs tokens, one line per LR: Δ log pre-training ppl (progressive
     sensitivity: the base perplexity falls steeply over the smallest budgets, so the absolute Δ
     would fall with it), pre-training ppl (★ inflection), ID test ppl, and the absolute Δ ppl.
 
     d: analysis.deltas rows of the fine-tuned models (pre-training validation ppl and ID ppl);
-    base: unmodified rows (pre-training and ID); inflection: analysis.inflection_table (★).
+    base: unmodified rows (pre-training and ID); inflection: analysis.inflection_table (★). Each line
+    is the mean over pre-training seeds of the mean over fine-tuning seeds, with its 95% hierarchical
+    bootstrap band (analysis/seeds.py).
     """
     set_style()
+    rng = np.random.default_rng(seed)
+    note = ""
     sft = d[d["modification"] == "sft"]
     pre = sft[sft["eval_data"] == "pretrain"]
     keys = sorted(pre.groupby(["model", "task"]).groups)
@@ -76,7 +88,8 @@ def plot_fixed_lr(
             & sft["learning_rate"].isin(keep)
         ]
         palette = _lr_palette(p["learning_rate"])
-        style = "lambda_reg" if p["lambda_reg"].nunique() > 1 else None
+        lambdas = sorted(p["lambda_reg"].unique())
+        styles = dict(zip(lambdas, ["-", "--", ":", "-."] * len(lambdas)))
         panels = (
             (row[0], p, "delta_log", "Δ log pre-training ppl  ln(fine-tuned / base)"),
             (row[1], p, "value", "pre-training ppl after fine-tuning"),
@@ -86,23 +99,18 @@ def plot_fixed_lr(
         for ax, data, col, ylabel in panels:
             if data.empty:
                 continue
-            sns.lineplot(
-                data,
-                x="budget",
-                y=col,
-                hue="learning_rate",
-                style=style,
-                palette=palette,
-                marker="o",
-                errorbar="sd",
-                ax=ax,
-                legend=ax is row[1],
-            )
+            for lam, at in data.groupby("lambda_reg", sort=True):
+                bands = curve_bands(at, ["learning_rate"], col, n_bootstrap, rng)
+                suffix = f", λ = {lam:g}" if len(lambdas) > 1 else ""
+                band_plot(ax, bands, "learning_rate", palette, ax is row[1], styles[lam], suffix)
+                note = band_note(bands, "fine-tuning")
             token_axis(ax, ticks=data["budget"])
             ax.set_ylabel(ylabel)
         bm = base[(base["model"] == model) & (base["modification"] == "none")]
         _base_line(row[1], bm[(bm["eval_data"] == "pretrain") & (bm["split"] == p["split"].iloc[0])])
-        _base_line(row[2], bm[(bm["eval_data"] == task) & (bm["split"] == held)])
+        _base_line(
+            row[2], bm[(bm["eval_data"] == task) & (bm["split"] == held)]
+        )  # means over pre-training seeds
         for ax in row[1:3]:
             ax.set_yscale("log")
         im = inflection[
@@ -116,7 +124,7 @@ def plot_fixed_lr(
         row[1].set_title(f"{model} · {task}: pre-training ppl (★ inflection)")
         row[2].set_title(f"{model} · {task}: in-domain ppl")
         row[3].set_title(f"{model} · {task}: absolute Δ pre-training ppl")
-        row[1].legend(title="fine-tuning LR", fontsize=8)
+        row[1].legend(title=f"fine-tuning LR\n({note})", fontsize=8, title_fontsize=8)
     return save_figure(fig, stem, formats)
 
 
@@ -132,7 +140,7 @@ def plot_tuned(
         t = tuned[(tuned["model"] == model) & (tuned["task"] == task)]
         o = optimal[(optimal["model"] == model) & (optimal["task"] == task)]
         held = held_split(t, task)
-        for ax, (eval_data, split, label) in zip(
+        for ax, (eval_data, split, quantity) in zip(
             row[:2], (("pretrain", None, "pre-training ppl"), (task, held, f"{task} {held} ppl"))
         ):
             c = t[
@@ -140,24 +148,29 @@ def plot_tuned(
                 & (t["metric"] == "ppl")
                 & ((t["split"] == split) if split else True)
             ]
+            bars = TUNED_BARS
             for (method, lam), g in c.groupby(["modification", "lambda_reg"]):
-                tuned_curve(ax, g, label=f"tuned LR ({method}, λ = {lam:g})")
-            base = c.drop_duplicates("budget").sort_values("budget")
-            ax.plot(base["budget"], base["base"], "k--", marker="s", ms=4, label="base (not fine-tuned)")
+                bars = tuned_curve(ax, g, label=f"tuned LR ({method}, λ = {lam:g})")
+            base = (
+                c.drop_duplicates(["checkpoint"]).groupby("budget")["base"].mean()
+            )  # over pre-training seeds
+            ax.plot(base.index, base.to_numpy(), "k--", marker="s", ms=4, label="base (not fine-tuned)")
             column = "pretrain_inflection" if eval_data == "pretrain" else "id_inflection"
             for method, x in o[["modification", column]].dropna().itertuples(index=False):
                 label = f"inflection ({method}: {format_tokens(x)} tokens)"
                 ax.axvline(x, color="0.4", ls=":", lw=1.2, label=label)
             token_axis(ax, ticks=c["budget"])
             ax.set_yscale("log")  # the base model's ID ppl can be orders of magnitude above the tuned
-            ax.set_ylabel(f"{label} at the tuned LR")
-            ax.legend(fontsize=8)
+            ax.set_ylabel(f"{quantity} at the tuned LR")
+            ax.legend(fontsize=8, title=bars, title_fontsize=8)
         for _, r in o.iterrows():
+            seed = r.get("pretrain_seed")
+            of_seed = "" if seed is None or seed != seed else f", pre-training seed {int(seed)}"
             (line,) = row[2].plot(
                 r["budgets"],
                 r["optimal_lrs"],
                 "o-",
-                label=f"{r['modification']}, λ = {r['lambda_reg']:g}: {r['scenario']} "
+                label=f"{r['modification']}, λ = {r['lambda_reg']:g}{of_seed}: {r['scenario']} "
                 f"(slope {r['lr_slope']:.2f})",
             )
             edge = np.asarray(r["lr_at_edge"], bool)
@@ -213,7 +226,7 @@ def plot_distance(metrics: pd.DataFrame, stem: str | Path, formats: Iterable[str
             format_tokens(float(lab)) if lab.replace(".", "").replace("e+", "").isdigit() else lab
             for lab in labels
         ]
-        ax.legend(handles, labels, title="pre-training tokens", fontsize=8)
+        ax.legend(handles, labels, title=f"pre-training tokens\n({SEED_BAND})", fontsize=8, title_fontsize=8)
         ax.set_xlabel("fine-tuning learning rate")
         ax.set_ylabel("‖θ_ft − θ_pre‖₂")
         ax.set_title(f"{model} · {task}: distance vs LR")

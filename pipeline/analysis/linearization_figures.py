@@ -8,6 +8,7 @@ compute says which setting computes them.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -102,7 +103,8 @@ def plot_table1(
 
 def plot_gap_tokens(metrics: pd.DataFrame, stem: str | Path, formats: Iterable[str]) -> list[Path]:
     """The linearization gap along θ_ft − θ_pre vs pre-training tokens, one line per learning rate
-    (seed mean), per (task, method); the legend gives Spearman ρ of gap vs tokens per rate."""
+    (seed mean), per (task, method); the legend gives Spearman ρ of gap vs tokens per rate. A dashed
+    line marks gap = 1: above it the first-order prediction is worse than predicting no change."""
     set_style()
     gap = finetuned(metrics)
     gap = gap[(gap["metric"] == "lin_gap") & (gap["eval_data"] == "pretrain")]
@@ -118,6 +120,7 @@ def plot_gap_tokens(metrics: pd.DataFrame, stem: str | Path, formats: Iterable[s
             c = c.sort_values("budget")
             rho = spearmanr(c["budget"], c["value"]).statistic if len(c) > 2 else np.nan
             ax.plot(c["budget"], c["value"], "o-", label=f"lr {lr:g}, λ {lam:g} (ρ {rho:+.2f})")
+        ax.axhline(1.0, color="0.4", ls="--", lw=1, label="gap = 1: no better than predicting no change")
         token_axis(ax, ticks=mean["budget"])
         ax.set_yscale("log")
         ax.set_ylabel("linearization gap (pre-training windows)")
@@ -221,6 +224,13 @@ def ntk_outcomes(metrics: pd.DataFrame, tuned: pd.DataFrame) -> pd.DataFrame:
     return out.merge(pre, on=keys, how="left").merge(ident, on=keys, how="left")
 
 
+def rho_text(rho: float, lo: float, hi: float) -> str:
+    """Spearman ρ with its bootstrap interval, or why there is none."""
+    if not np.isfinite(rho):
+        return "ρ undefined (< 3 points or constant)"
+    return f"ρ = {rho:+.2f} [{lo:+.2f}, {hi:+.2f}]"
+
+
 def plot_ntk(
     metrics: pd.DataFrame,
     tuned: pd.DataFrame,
@@ -229,9 +239,10 @@ def plot_ntk(
     n_boot: int,
     seed: int,
 ) -> list[Path]:
-    """κ(K + σI) and λ_max vs tokens per task; κ and λ_max vs the forgetting after fine-tuning at
-    the tuned learning rate, with Spearman ρ over (checkpoint, task) and its bootstrap interval;
-    one series per kernel (every parameter, or what a method trains) when there are several."""
+    """κ(K + σI) (a line style per σ scale) and λ_max vs tokens; κ at the middle σ scale and λ_max vs
+    the forgetting after fine-tuning at the tuned learning rate, with Spearman ρ over checkpoints and
+    its 95% bootstrap interval per task. A colour per task; a marker per kernel (every parameter, or
+    what a method trains) when there are several."""
     set_style()
     out = ntk_outcomes(metrics, tuned)
     fig, axes = plt.subplots(1, 4, figsize=(24, 4.6), squeeze=False)
@@ -241,50 +252,62 @@ def plot_ntk(
             _missing(ax, "curvature.ntk_examples > 0")
         return save_figure(fig, stem, formats)
     several = out["kernel"].nunique() > 1
+    colors = {task: f"C{i % 10}" for i, task in enumerate(sorted(out["task"].unique()))}
+    markers = dict(zip(sorted(out["kernel"].unique()), itertools.cycle("os^Dv")))
+    scales = sorted(out["sigma_scale"].unique())
+    styles = dict(zip(scales, itertools.cycle(["-", "--", ":", "-."])))
+    middle = scales[len(scales) // 2]
 
     def named(kernel: str, text: str) -> str:
         return f"{'all parameters' if kernel == 'none' else kernel}: {text}" if several else text
 
     for (kernel, task, scale), g in out.groupby(["kernel", "task", "sigma_scale"]):
         g = g.sort_values("budget")
-        axes[0].plot(g["budget"], g["kappa"], "o-", label=named(kernel, f"{task}, σ = {scale:g}·trK/n"))
-    for (kernel, task), g in out.drop_duplicates(["checkpoint", "task", "kernel"]).groupby(
-        ["kernel", "task"]
-    ):
+        axes[0].plot(
+            g["budget"],
+            g["kappa"],
+            ls=styles[scale],
+            marker=markers[kernel],
+            color=colors[task],
+            label=named(kernel, f"{task}, σ = {scale:g}·trK/n"),
+        )
+    per_checkpoint = out.drop_duplicates(["checkpoint", "task", "kernel"])
+    for (kernel, task), g in per_checkpoint.groupby(["kernel", "task"]):
         g = g.sort_values("budget")
-        axes[1].plot(g["budget"], g["lambda_max"], "o-", label=named(kernel, task))
+        axes[1].plot(
+            g["budget"],
+            g["lambda_max"],
+            "-",
+            marker=markers[kernel],
+            color=colors[task],
+            label=named(kernel, task),
+        )
     for ax, label in zip(axes[:2], ("κ(K + σI)", "λ_max(K)")):
         token_axis(ax, ticks=out["budget"])
         ax.set_yscale("log")
         ax.set_ylabel(label)
         ax.legend(fontsize=7)
-    # ρ over (checkpoint, task) pairs: per kernel and σ scale for κ, per kernel for λ_max
+    # one series per (kernel, task): ρ over its checkpoints, tasks never pooled
     panels = (
-        (axes[2], "kappa", "κ(K + σI)", list(out.groupby(["kernel", "sigma_scale"]))),
-        (
-            axes[3],
-            "lambda_max",
-            "λ_max(K)",
-            [
-                ((k, None), g)
-                for k, g in out.drop_duplicates(["checkpoint", "task", "kernel"]).groupby("kernel")
-            ],
-        ),
+        (axes[2], "kappa", f"κ(K + σI), σ = {middle:g}·trK/n", out[out["sigma_scale"] == middle]),
+        (axes[3], "lambda_max", "λ_max(K)", per_checkpoint),
     )
-    for ax, column, label, groups in panels:
-        for (kernel, scale), g in groups:
+    for ax, column, label, data in panels:
+        for (kernel, task), g in data.groupby(["kernel", "task"]):
             rho, lo, hi = spearman_ci(g[column], g["forgetting"], n_boot, seed)
-            where = "" if scale is None else f"σ = {scale:g}·trK/n: "
             ax.scatter(
                 g[column],
                 g["forgetting"],
-                label=named(kernel, f"{where}ρ = {rho:+.2f} [{lo:+.2f}, {hi:+.2f}]"),
+                color=colors[task],
+                marker=markers[kernel],
+                label=named(kernel, f"{task}: {rho_text(rho, lo, hi)}"),
             )
         ax.set_xscale("log")
         ax.set_xlabel(label)
         ax.set_ylabel("Δ log pre-training ppl at the tuned LR")
-        ax.set_title(f"{label} vs forgetting, over (checkpoint, task)")
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, title="Spearman ρ over checkpoints [95% bootstrap]", title_fontsize=7)
+    axes[2].set_title(f"κ at the middle σ scale ({middle:g}·trK/n) vs forgetting, per task")
+    axes[3].set_title("λ_max(K) vs forgetting, per task")
     fig.suptitle("The empirical NTK per checkpoint and the fine-tuning outcome")
     return save_figure(fig, stem, formats)
 
@@ -317,7 +340,7 @@ def plot_layer_selection(
     ax.set_xlabel("log ranking ratio λ_max(K + S + σI) / λ_max(K + σI)")
     ax.set_ylabel("log kernel-ridge risk ratio R(base ∪ g) / R(base)")
     ax.set_title("Algorithm 2: does a smaller ratio mean a smaller risk? (ρ > 0: yes)")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, title="Spearman ρ over the points [95% bootstrap]", title_fontsize=7)
     return save_figure(fig, stem, formats)
 
 

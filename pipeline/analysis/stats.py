@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
+from pipeline.analysis.inflection import u_shape
+from pipeline.analysis.seeds import bootstrap_means, cube_mean, seed_cube, seeds_covered, unit_values
 from pipeline.sweeps.lr_search import SELECTIONS, Selection
 from pipeline.sweeps.selection import TUNED_KEYS, selection_scores
 
@@ -65,19 +67,13 @@ def inflection_point(budgets: np.ndarray, values: np.ndarray) -> float:
     return math.nan
 
 
-def _seed_matrix(group: pd.DataFrame, value: str) -> tuple[np.ndarray, np.ndarray]:
-    """(budgets, seeds × budgets matrix) of `value` for one setting."""
-    wide = group.pivot_table(index="seed", columns="budget", values=value, aggfunc="mean", dropna=False)
-    wide = wide.reindex(sorted(wide.columns), axis=1)
-    return wide.columns.to_numpy(dtype=float), wide.to_numpy(dtype=float)
-
-
 def sensitivity_table(d: pd.DataFrame) -> pd.DataFrame:
-    """Per setting: Spearman ρ of the seed-mean Δ log-metric vs budget, and whether it rises strictly."""
+    """Per setting: Spearman ρ of the seed-mean Δ log-metric vs budget, and whether it rises strictly
+    (the mean over pre-training seeds of the mean over the seeds within each: analysis/seeds.py)."""
     out = []
     for key, g in d.groupby(SETTING_KEYS, dropna=False, sort=True):
-        budgets, mat = _seed_matrix(g, "delta_log")
-        mean = np.nanmean(mat, axis=0)
+        budgets, cube, outers, inners = seed_cube(g, "delta_log")
+        mean = cube_mean(cube)
         rho, p = (
             spearmanr(budgets, mean) if len(budgets) > 2 and np.isfinite(mean).all() else (math.nan, math.nan)
         )
@@ -86,7 +82,8 @@ def sensitivity_table(d: pd.DataFrame) -> pd.DataFrame:
                 **dict(zip(SETTING_KEYS, key)),
                 "metric": g["metric"].iloc[0],
                 "n_budgets": len(budgets),
-                "n_seeds": mat.shape[0],
+                "n_pretrain_seeds": len(outers),
+                "n_seeds": len(inners),
                 "spearman_rho": float(rho),
                 "p_value": float(p),
                 "strictly_increasing": bool(np.all(np.diff(mean) > 0)),
@@ -98,34 +95,41 @@ def sensitivity_table(d: pd.DataFrame) -> pd.DataFrame:
 
 
 def inflection_table(d: pd.DataFrame, n_bootstrap: int, seed: int, ci: float = 0.95) -> pd.DataFrame:
-    """Per setting: inflection budget of the seed-mean modified metric, with a bootstrap over seeds.
+    """Per setting: Definition 4.2's inflection budget of the seed-mean modified metric with its
+    hierarchical bootstrap interval (pre-training seeds, then the seeds within each), and beside it
+    the U-shape detector on log(metric) against log tokens (pipeline/analysis/inflection.py): P(U)
+    and the location of the minimum with its interval, in tokens.
 
-    The interval resamples seeds with replacement; `p_no_inflection` is the share of
-    resamples whose curve never turns up within the sweep.
+    `p_no_inflection` is the share of bootstrap resamples whose curve never turns up within the sweep;
+    `seeds` says which seeds the intervals cover.
     """
     rng = np.random.default_rng(seed)
     out = []
     for key, g in d.groupby(SETTING_KEYS, dropna=False, sort=True):
-        budgets, mat = _seed_matrix(g, "value")
-        point = inflection_point(budgets, np.nanmean(mat, axis=0))
-        n = mat.shape[0]
-        boots = np.array(
-            [
-                inflection_point(budgets, np.nanmean(mat[rng.integers(0, n, n)], axis=0))
-                for _ in range(n_bootstrap)
-            ]
-        )
+        budgets, cube, outers, inners = seed_cube(g, "value")
+        point = inflection_point(budgets, cube_mean(cube))
+        boots = np.array([inflection_point(budgets, c) for c in bootstrap_means(cube, n_bootstrap, rng)])
         found = boots[np.isfinite(boots)]
         lo, hi = (
             np.quantile(found, [(1 - ci) / 2, 1 - (1 - ci) / 2], method="inverted_cdf")
             if len(found)
             else (math.nan, math.nan)
         )
+        units, unit_kind = unit_values(np.log(cube))
+        fit = u_shape(
+            np.repeat(budgets[None, :], len(units), axis=0).ravel(),
+            units.ravel(),
+            np.repeat(np.arange(len(units))[:, None], len(budgets), axis=1).ravel(),
+            level=ci,
+        )
+        inner_kind = "perturbation" if (g["modification"] == "gaussian").all() else "fine-tuning"
         out.append(
             {
                 **dict(zip(SETTING_KEYS, key)),
                 "metric": g["metric"].iloc[0],
-                "n_seeds": n,
+                "n_pretrain_seeds": len(outers),
+                "n_seeds": len(inners),
+                "seeds": seeds_covered(len(outers), len(inners), inner_kind),
                 "inflection_budget": point,
                 "ci_low": float(lo),
                 "ci_high": float(hi),
@@ -133,6 +137,13 @@ def inflection_table(d: pd.DataFrame, n_bootstrap: int, seed: int, ci: float = 0
                 "p_no_inflection": float(1 - len(found) / max(len(boots), 1)),
                 "min_budget": float(budgets.min()),
                 "max_budget": float(budgets.max()),
+                "p_u": fit.p_u,
+                "u_min_tokens": fit.min_tokens,
+                "u_min_low": fit.min_low,
+                "u_min_high": fit.min_high,
+                "u_bounded": fit.bounded,
+                "u_units": unit_kind,
+                "u_reason": fit.reason,
             }
         )
     return pd.DataFrame(out)
@@ -208,8 +219,8 @@ SCENARIOS = {
 
 
 def optimal_lr_table(tuned: pd.DataFrame, flat_slope: float = 0.1, id_split: str = "test") -> pd.DataFrame:
-    """Per (model, task, fine-tuning method, λ): the optimal-LR trajectory over budgets and its
-    Figure 7 scenario.
+    """Per (model, task, fine-tuning method, λ, pre-training seed): the optimal-LR trajectory over
+    budgets and its Figure 7 scenario.
 
     lr_slope: decades of optimal LR per decade of tokens; |slope| < flat_slope is constant.
     id_degrades / pretrain_degrades: the tuned in-domain `id_split` ppl / pre-training ppl
@@ -217,7 +228,7 @@ def optimal_lr_table(tuned: pd.DataFrame, flat_slope: float = 0.1, id_split: str
     'slowly' decreasing when the pre-training ppl still degrades, 'quickly' when it does not.
     """
     out = []
-    keys = ["model", "task", "modification", "lambda_reg"]
+    keys = ["model", "task", "modification", "lambda_reg", "pretrain_seed"]  # each pre-training run's
     for key, g in tuned.groupby(keys, dropna=False, sort=True):
         lr = g.drop_duplicates("budget").sort_values("budget")
         budgets, lrs = lr["budget"].to_numpy(float), lr["learning_rate"].to_numpy(float)

@@ -35,12 +35,21 @@ def save_figure(fig: plt.Figure, stem: str | Path, formats: Iterable[str] = ("pn
     return paths
 
 
-def tuned_curve(ax: plt.Axes, rows, **kw) -> None:
-    """A tuned-learning-rate table's curve against pre-training tokens: its seed mean ± sd (no bar
-    where one seed gives no sd), as every fine-tuning figure draws it."""
+def tuned_curve(ax: plt.Axes, rows, **kw) -> str:
+    """A tuned-learning-rate table's curve against pre-training tokens, as every fine-tuning figure
+    draws it, and what its bars are. One checkpoint per budget: its mean over the fine-tuning seeds at
+    the tuned rate ± their sd (no bar where one seed gives no sd). Several (pre-training seeds, each
+    with its own tuned rate): the mean over them of each one's seed mean ± the sd over them."""
+    per_budget = rows.groupby("budget")["mean"]
+    if per_budget.size().max() > 1:
+        curve = per_budget.agg(["mean", "std"]).reset_index()
+        yerr = np.nan_to_num(curve["std"].to_numpy(dtype=float))
+        ax.errorbar(curve["budget"], curve["mean"], yerr=yerr, fmt="o-", capsize=3, **kw)
+        return "bars: ±1 sd over pre-training seeds (each one's mean over fine-tuning seeds at its tuned LR)"
     rows = rows.sort_values("budget")
     yerr = np.nan_to_num(rows["sd"].to_numpy(dtype=float))  # NaN sd (one seed): no bar
     ax.errorbar(rows["budget"], rows["mean"], yerr=yerr, fmt="o-", capsize=3, **kw)
+    return "bars: ±1 sd over fine-tuning seeds at the tuned LR"
 
 
 def format_tokens(x: float, _pos: int | None = None) -> str:

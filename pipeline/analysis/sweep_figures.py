@@ -12,6 +12,7 @@ import numpy as np
 import seaborn as sns
 from matplotlib.ticker import FuncFormatter
 
+from pipeline.analysis.seeds import curve_bands, seeds_covered
 from pipeline.analysis.style import format_tokens, save_figure, set_style
 
 if TYPE_CHECKING:
@@ -36,22 +37,51 @@ def token_axis(
 def mark_inflections(
     ax: plt.Axes, inflection: pd.DataFrame, curves: pd.DataFrame, hue: str, palette: dict
 ) -> None:
-    """A ★ on each setting's curve at its inflection budget (rows of analysis.inflection_table)."""
+    """A ★ on each setting's curve at its inflection budget (rows of analysis.inflection_table; curves:
+    seed-mean rows with columns `hue`, budget, mean)."""
     for _, r in inflection[np.isfinite(inflection["inflection_budget"])].iterrows():
         at_inflection = curves[(curves[hue] == r[hue]) & (curves["budget"] == r["inflection_budget"])]
-        y = at_inflection["value"].mean()
+        y = at_inflection["mean" if "mean" in at_inflection else "value"].mean()
         ax.plot(r["inflection_budget"], y, marker="*", ms=16, color=palette[r[hue]], mec="k", zorder=5)
 
 
+def band_plot(
+    ax: plt.Axes, bands: pd.DataFrame, hue: str, palette: dict, legend: bool, ls: str = "-", suffix: str = ""
+) -> None:
+    """Each setting's seed-mean curve with its 95% hierarchical bootstrap band (seeds.curve_bands)."""
+    for h, b in bands.groupby(hue, sort=True):
+        b = b.sort_values("budget")
+        label = f"{h:g}{suffix}" if legend else None
+        ax.plot(b["budget"], b["mean"], marker="o", ls=ls, color=palette[h], ms=4, label=label)
+        ax.fill_between(b["budget"], b["low"], b["high"], color=palette[h], alpha=0.2, lw=0)
+
+
+def band_note(bands: pd.DataFrame, inner: str) -> str:
+    """What the bands cover, for a legend title: '95% band: 3 pre-training seeds x 3 perturbation seeds'."""
+    return "95% band: " + seeds_covered(
+        int(bands["n_pretrain_seeds"].max()), int(bands["n_seeds"].max()), inner
+    )
+
+
 def plot_progressive_sensitivity(
-    d: pd.DataFrame, base: pd.DataFrame, inflection: pd.DataFrame, stem: str | Path, formats: Iterable[str]
+    d: pd.DataFrame,
+    base: pd.DataFrame,
+    inflection: pd.DataFrame,
+    stem: str | Path,
+    formats: Iterable[str],
+    n_bootstrap: int = 1000,
+    seed: int = 0,
 ) -> list[Path]:
-    """Per model row: Δppl, Δ log-ppl and absolute perturbed ppl vs tokens, one line per γ.
+    """Per model row: Δppl, Δ log-ppl and absolute perturbed ppl vs tokens, one line per γ, each the
+    mean over pre-training seeds of the mean over perturbation seeds with a 95% hierarchical bootstrap
+    band (analysis/seeds.py).
 
     d: output of analysis.deltas for the Gaussian rows; base: the unmodified rows (metric ppl);
-    inflection: analysis.inflection_table (marked as stars on the absolute panel).
+    inflection: analysis.inflection_table (its Definition 4.2 point marked as stars on the absolute
+    panel).
     """
     set_style()
+    rng = np.random.default_rng(seed)
     models = sorted(d["model"].unique())
     gammas = sorted(d["gamma"].unique())
     palette = dict(zip(gammas, sns.color_palette("viridis", len(gammas))))
@@ -63,84 +93,117 @@ def plot_progressive_sensitivity(
             (row[1], "delta_log", "Δ log-perplexity  ln(perturbed / base)"),
             (row[2], "value", "perplexity after perturbation"),
         ):
-            sns.lineplot(
-                dm,
-                x="budget",
-                y=col,
-                hue="gamma",
-                palette=palette,
-                marker="o",
-                errorbar="sd",
-                ax=ax,
-                legend=ax is row[2],
-            )
+            bands = curve_bands(dm, ["gamma"], col, n_bootstrap, rng)
+            band_plot(ax, bands, "gamma", palette, legend=ax is row[2])
             token_axis(ax, ticks=dm["budget"])
             ax.set_ylabel(ylabel)
-        bm = base[base["model"] == model].sort_values("budget")
-        row[2].plot(bm["budget"], bm["value"], "k--", marker="s", label="base (γ = 0)")
+        bm = curve_bands(base[base["model"] == model].assign(seed=None), ["model"], "value", n_bootstrap, rng)
+        row[2].plot(bm["budget"], bm["mean"], "k--", marker="s", label="base (γ = 0)")
+        row[2].fill_between(bm["budget"], bm["low"], bm["high"], color="k", alpha=0.1, lw=0)
         row[2].set_yscale("log")
-        mark_inflections(row[2], inflection[inflection["model"] == model], dm, "gamma", palette)
+        mark_inflections(row[2], inflection[inflection["model"] == model], bands, "gamma", palette)
         row[0].set_title(f"{model}: progressive sensitivity")
         row[1].set_title(f"{model}: relative degradation")
-        row[2].set_title(f"{model}: catastrophic overtraining (★ inflection)")
-        row[2].legend(title="γ (× init std)", fontsize=9)
+        row[2].set_title(f"{model}: catastrophic overtraining (★ Definition 4.2)")
+        row[2].legend(
+            title=f"γ (× init std)\n{band_note(bands, 'perturbation')}",
+            fontsize=8,
+            title_fontsize=8,
+            loc="upper left",
+            bbox_to_anchor=(1.02, 1.0),
+        )
     return save_figure(fig, stem, formats)
 
 
 def plot_inflection(inflection: pd.DataFrame, stem: str | Path, formats: Iterable[str]) -> list[Path]:
-    """Inflection budget vs γ per model with bootstrap intervals; γ without inflection drawn as ▲ above
-    the sweep."""
+    """Per model and γ: the U-shape detector's minimum of the perturbed perplexity with its 95%
+    interval (an open end drawn to the sweep's edge with an arrow) and P(U) beside it, and Definition
+    4.2's inflection budget (○, a grid point); γ without a Definition 4.2 inflection drawn as ▲."""
     set_style()
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    fig, ax = plt.subplots(figsize=(7, 4.8))
     for model, color in zip(sorted(inflection["model"].unique()), sns.color_palette("deep")):
         m = inflection[inflection["model"] == model].sort_values("gamma")
+        lo_edge, hi_edge = float(m["min_budget"].min()), float(m["max_budget"].max())
+        fitted = m[np.isfinite(m["u_min_tokens"])]
+        for _, r in fitted.iterrows():
+            lo = r["u_min_low"] if r["u_min_low"] > 0 else lo_edge
+            hi = r["u_min_high"] if np.isfinite(r["u_min_high"]) else hi_edge
+            ax.plot([r["gamma"], r["gamma"]], [lo, hi], color=color, lw=2, alpha=0.6)
+            for end, open_ in ((lo, r["u_min_low"] <= 0), (hi, not np.isfinite(r["u_min_high"]))):
+                ax.plot(r["gamma"], end, marker="^" if end == hi else "v", color=color, ms=6 if open_ else 0)
+            ax.annotate(
+                f"P(U) {r['p_u']:.2f}",
+                (r["gamma"], hi),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=7,
+            )
+        ax.plot(
+            fitted["gamma"],
+            fitted["u_min_tokens"],
+            "D-",
+            color=color,
+            label=f"{model}: U fit's minimum (95% interval)",
+        )
         ok = m[np.isfinite(m["inflection_budget"])]
-        yerr = np.vstack([ok["inflection_budget"] - ok["ci_low"], ok["ci_high"] - ok["inflection_budget"]])
-        ax.errorbar(
+        ax.plot(
             ok["gamma"],
             ok["inflection_budget"],
-            yerr=np.clip(np.nan_to_num(yerr), 0, None),
-            fmt="o-",
+            "o",
+            mfc="none",
             color=color,
-            capsize=4,
-            label=model,
+            ms=9,
+            label=f"{model}: Definition 4.2",
         )
         none = m[~np.isfinite(m["inflection_budget"])]
         if len(none):
-            ax.plot(
-                none["gamma"],
-                none["max_budget"] * 1.5,
-                "^",
-                color=color,
-                ms=9,
-                label=f"{model}: none ≤ {format_tokens(none['max_budget'].iloc[0])}",
-            )
-    marked = np.concatenate([inflection["max_budget"], inflection["inflection_budget"].dropna()])
-    budgets = np.unique(marked)
-    token_axis(ax, "inflection point (pre-training tokens)", ticks=budgets, axis="y")
+            edge = format_tokens(none["max_budget"].iloc[0])
+            label = f"{model}: no Definition 4.2 inflection ≤ {edge}"
+            ax.plot(none["gamma"], none["max_budget"] * 1.3, "^", color=color, ms=9, label=label)
+    marked = np.concatenate(
+        [inflection["max_budget"], inflection["min_budget"], inflection["inflection_budget"].dropna()]
+    )
+    token_axis(ax, "minimum / inflection (pre-training tokens)", ticks=np.unique(marked), axis="y")
     ax.set_xticks(sorted(inflection["gamma"].unique()))
     ax.set_xlabel("perturbation scale γ (× init std)")
-    ax.set_title("Inflection point moves earlier as γ grows")
-    ax.legend(fontsize=9)
+    seeds = inflection["seeds"].iloc[0] if "seeds" in inflection and len(inflection) else ""
+    ax.set_title("Where the perturbed perplexity turns up")
+    ax.legend(fontsize=8, title=f"intervals over {seeds}", title_fontsize=8)
     return save_figure(fig, stem, formats)
 
 
-def plot_loss_curves(curves: pd.DataFrame, stem: str | Path, formats: Iterable[str]) -> list[Path]:
-    """Training loss vs tokens of every pre-training run (one line per budget)."""
+def plot_loss_curves(
+    curves: pd.DataFrame, runs: pd.DataFrame, stem: str | Path, formats: Iterable[str]
+) -> list[Path]:
+    """Left: the training loss of every pre-training run against tokens seen (a colour per budget, a
+    line style per pre-training seed). Right: each run's epochs over the training split against its
+    budget, the one-epoch line dashed; a run past it repeats data (pretrain.allow_repeat) and is
+    marked ✕ in red, its loss curve dotted."""
     set_style()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    sns.lineplot(
-        curves,
-        x="tokens",
-        y="loss",
-        hue="budget",
-        style="model",
-        palette="viridis",
-        ax=ax,
-        lw=0.8,
-        hue_norm=plt.matplotlib.colors.LogNorm(),
-    )
+    fig, (ax, ax_ep) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [1.6, 1]})
+    budgets = sorted(runs["budget"].unique())
+    palette = dict(zip(budgets, sns.color_palette("viridis", len(budgets))))
+    seeds = sorted(runs["pretrain_seed"].unique())
+    styles = dict(zip(seeds, ["-", "--", "-.", (0, (5, 1, 1, 1)), (0, (3, 1))] * len(seeds)))
+    repeated = set(runs.loc[runs["epochs"] > 1, ["model", "pretrain_seed", "budget"]].itertuples(index=False))
+    for (model, seed, budget), c in curves.groupby(["model", "pretrain_seed", "budget"], sort=True):
+        ls = ":" if (model, seed, budget) in repeated else styles[seed]
+        ax.plot(c["tokens"], c["loss"], color=palette[budget], ls=ls, lw=0.8)
+    for b in budgets:
+        ax.plot([], [], color=palette[b], label=format_tokens(b))
+    ax.legend(title="budget (line style: pre-training seed)", fontsize=8, ncol=2)
     token_axis(ax, "tokens seen")
     ax.set_ylabel("training loss (nats/token)")
     ax.set_title("Pre-training loss curves")
+    fresh = runs[runs["epochs"] <= 1]
+    ax_ep.plot(fresh["budget"], fresh["epochs"], "o", color="C0", label="≤ 1 epoch (no token seen twice)")
+    again = runs[runs["epochs"] > 1]
+    if len(again):
+        ax_ep.plot(again["budget"], again["epochs"], "x", color="red", ms=9, mew=2, label="repeated data")
+    ax_ep.axhline(1.0, color="k", ls="--", lw=1, label="one epoch")
+    token_axis(ax_ep, ticks=budgets)
+    ax_ep.set_ylabel("epochs over the training split")
+    ax_ep.set_ylim(0, max(1.1, float(runs["epochs"].max()) * 1.1))
+    ax_ep.set_title("Data per run")
+    ax_ep.legend(fontsize=8)
     return save_figure(fig, stem, formats)

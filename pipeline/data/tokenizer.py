@@ -60,11 +60,14 @@ def encode_documents(tokenizer: PreTrainedTokenizerFast, texts: list[str]) -> li
 
 def token_stream(tokenizer: PreTrainedTokenizerFast, texts: list[str]) -> np.ndarray:
     """All documents as one token array, each document followed by the end-of-text token."""
+    return pack_documents(encode_documents(tokenizer, texts), tokenizer.eos_token_id, len(tokenizer))
+
+
+def pack_documents(ids: list[list[int]], eos: int, vocab_size: int) -> np.ndarray:
+    """Documents' token ids as one array, each followed by `eos` (uint16 where the vocabulary fits)."""
     import numpy as np
 
-    eos = tokenizer.eos_token_id
-    ids = encode_documents(tokenizer, texts)
-    dtype = np.uint16 if len(tokenizer) <= np.iinfo(np.uint16).max else np.uint32
+    dtype = np.uint16 if vocab_size <= np.iinfo(np.uint16).max else np.uint32
     out = np.empty(sum(len(x) + 1 for x in ids), dtype=dtype)
     pos = 0
     for doc in ids:

@@ -28,6 +28,7 @@ class CheckpointSpec:
     cache_dir: str | None = None  # hub: the HF cache to read (None: $HF_HUB_CACHE or the default)
     offline: bool | None = None  # hub: True loads from the cache only; None follows HF_HUB_OFFLINE
     params: int | None = None  # hub: parameter count, for job resources only
+    pretrain_seed: int | None = None  # sweep: the seed of the pre-training run (init and data order)
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -52,16 +53,31 @@ class CheckpointSpec:
             model=self.model,
             budget=float(self.tokens),
             budget_unit="tokens",
+            pretrain_seed=self.pretrain_seed,
         )
 
 
-def sweep_checkpoints(presets: list[str], budgets: list[int], study: str) -> list[CheckpointSpec]:
-    """The runs of a study's own pre-training sweep, at their place in the results layout."""
+def sweep_name(preset: str, budget: int, seed: int) -> str:
+    """A sweep run's checkpoint name: preset, budget and pre-training seed, e.g. `tiny-1000000-s0`."""
+    return f"{preset}-{budget}-s{seed}"
+
+
+def sweep_checkpoints(
+    presets: list[str], budgets: list[int], seeds: list[int], study: str
+) -> list[CheckpointSpec]:
+    """The runs of a study's own pre-training sweep (preset x pre-training seed x budget), at their
+    place in the results layout."""
     return [
         CheckpointSpec(
-            f"{p}-{b}", "sweep", p, int(b), path=study_path(study, PRETRAIN_RUN, model=p, budget=b)
+            sweep_name(p, b, s),
+            "sweep",
+            p,
+            int(b),
+            path=study_path(study, PRETRAIN_RUN, model=p, budget=b, pretrain_seed=s),
+            pretrain_seed=int(s),
         )
         for p in presets
+        for s in seeds
         for b in budgets
     ]
 
@@ -112,7 +128,7 @@ def study_checkpoints(config: dict) -> list[CheckpointSpec]:
     source = ck["source"]
     if source == "sweep":
         pt = config["pretrain"]
-        specs = sweep_checkpoints(pt["presets"], pt["budgets"], config["study"])
+        specs = sweep_checkpoints(pt["presets"], pt["budgets"], pt["seeds"], config["study"])
     elif source == "local":
         specs = local_checkpoints(ck.get("local") or [])
     else:

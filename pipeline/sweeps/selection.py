@@ -14,7 +14,7 @@ from pipeline.sweeps.lr_search import SELECTIONS, Selection
 if TYPE_CHECKING:
     import pandas as pd
 
-TUNED_KEYS = ["model", "task", "modification", "lambda_reg", "checkpoint", "budget"]
+TUNED_KEYS = ["model", "task", "modification", "lambda_reg", "checkpoint", "pretrain_seed", "budget"]
 
 
 def selection_scores(sft: pd.DataFrame, select: Selection = SELECTIONS["ppl"]) -> pd.DataFrame:

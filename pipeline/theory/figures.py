@@ -80,7 +80,10 @@ def plot_theory(
             title=ck,
         )
     axes[0][-1].legend(
-        fontsize=7, ncol=2, title="line: closed form, dots: MC\n★: predicted inflection", title_fontsize=7
+        fontsize=7,
+        ncol=2,
+        title="line: closed form, dots: MC (bars: min–max over seeds)\n★: predicted inflection",
+        title_fontsize=7,
     )
     paths += save_figure(fig, figures_dir / FIGURE_STEMS[0], formats)
 
@@ -115,7 +118,8 @@ def plot_theory(
             ylabel="Δ_pre = L_pre(θ(t_n; K)) − L_pre(θ(t_n))",
             title=f"{task}: progressive sensitivity",
         )
-        ax.legend(fontsize=7, title="solid: GD, dashed: Lemma A.7", title_fontsize=7)
+        title = "solid: GD (bars: min–max over seeds)\ndashed: Lemma A.7"
+        ax.legend(fontsize=7, title=title, title_fontsize=7)
     paths += save_figure(fig, figures_dir / FIGURE_STEMS[1], formats)
 
     # 3. pre-training loss after fine-tuning vs n per λ, simulated inflection r(λ) marked

@@ -105,6 +105,8 @@ class PretrainConfig:
     OTHER_KEYS: ClassVar[dict[str, str]] = {
         "presets": "wildcard {model}",
         "budgets": "wildcard {budget}",
+        "seeds": "wildcard {pretrain_seed}",
+        "allow_repeat": "a start-up check (a budget beyond the training split)",
         "threads": "job threads (cannot change a number)",
     }
 
@@ -114,7 +116,6 @@ class PretrainConfig:
     betas: tuple[float, float]
     weight_decay: float
     warmup_fraction: float
-    seed: int
     warmup_steps: int | None = None  # when set, replaces warmup_fraction
     grad_clip: float | None = 1.0
     precision: str | None = None  # PRECISIONS; null: bf16-mixed on CUDA, fp32 elsewhere
@@ -323,3 +324,21 @@ def steps_for_budget(budget: int, batch_size: int, seq_len: int) -> int:
             f"({batch_size} x {seq_len} = {per_step} tokens)"
         )
     return budget // per_step
+
+
+def check_repeat(budget: int, trained: int, available: int, allow_repeat: bool, split: str) -> None:
+    """A budget beyond the training split would repeat data (the paper's budgets never repeat C4):
+    an error naming both sizes, unless `pretrain.allow_repeat`. trained: the tokens the budget's run
+    trains on (whole steps); available: the split's tokens in whole training chunks (what a run
+    covers without visiting one twice)."""
+    if trained > available and not allow_repeat:
+        raise ValueError(
+            f"pretrain.budgets: budget {budget:,} tokens exceeds the training split ({split}: "
+            f"{available:,} tokens in training chunks; {trained / available:.2f} epochs); lower the "
+            "budget, use a larger corpus, or set pretrain.allow_repeat: true to repeat data"
+        )
+
+
+def chunked_tokens(n_tokens: int, seq_len: int) -> int:
+    """Tokens of a split of `n_tokens` in whole training chunks of `seq_len` (+1 target) tokens."""
+    return (n_tokens - 1) // seq_len * seq_len

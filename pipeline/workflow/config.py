@@ -18,6 +18,7 @@ The checks below are only those a schema cannot express (cross-key, files, regis
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,9 @@ import jsonschema
 import yaml
 from snakemake.exceptions import WorkflowError
 
+from pipeline import layout
 from pipeline.curvature.config import CurvatureConfig
+from pipeline.data.corpus import EMBEDDED_SOURCES
 from pipeline.data.task_items import TaskError
 from pipeline.data.tasks import EMBEDDED_TASKS, TASK_NAMES, task_files, task_kind
 from pipeline.evaluate.benchmark_registry import (
@@ -45,7 +48,14 @@ from pipeline.sweeps.lr_search import LRSearch, SearchError
 from pipeline.sweeps.lr_search import exhaustive as search_exhaustive
 from pipeline.sweeps.lr_search import from_config as search_from_config
 from pipeline.theory.config import check_config as check_theory
-from pipeline.train.config import FinetuneConfig, PretrainConfig, hyperparameters, steps_for_budget
+from pipeline.train.config import (
+    FinetuneConfig,
+    PretrainConfig,
+    check_repeat,
+    chunked_tokens,
+    hyperparameters,
+    steps_for_budget,
+)
 from pipeline.train.memory import PlanError
 from pipeline.workflow.multimodal import check_multimodal, text_tasks
 from pipeline.workflow.plans import finetune_plan
@@ -72,13 +82,14 @@ class ConfigError(WorkflowError):
 
 def registry_enums() -> dict[str, list[str]]:
     """The names the schema takes from the registries (`x-registry: <name>` in config/schema.yaml):
-    tasks, benchmarks and size presets are declared once, in pipeline/data/tasks.py (and
-    pipeline/multimodal/config.py's LLaVA tasks), pipeline/evaluate/benchmark_registry.py and
-    pipeline/models/presets.py."""
+    tasks, benchmarks, size presets and embedded corpora are declared once, in pipeline/data/tasks.py
+    (and pipeline/multimodal/config.py's LLaVA tasks), pipeline/evaluate/benchmark_registry.py,
+    pipeline/models/presets.py and pipeline/data/corpus.py."""
     return {
         "tasks": list(TASK_NAMES),
         "finetune_tasks": [*TASK_NAMES, *VLM_TASKS],
         "tokenizer_texts": ["python_stdlib", *EMBEDDED_TASKS],
+        "corpora": list(EMBEDDED_SOURCES),
         "benchmarks": list(SUITE),
         "presets": list(SIZE_PRESETS),
         "lr_grids": list(FINETUNE_LR_GRIDS),
@@ -279,6 +290,24 @@ def _resolve(validator: jsonschema.protocols.Validator, schema: dict) -> dict:
 # --- checks the schema cannot express -------------------------------------------------------------
 
 
+def check_budgets_fit(config: dict) -> None:
+    """Every budget fits the training split (pretrain.allow_repeat aside), checked before any job
+    where the split is tokenized already with the config's corpus and tokenizer settings (its record,
+    data/train_tokens.json); otherwise each pre-training job checks its own budget as it starts."""
+    pt = config["pretrain"]
+    info = Path(layout.study_path(config["study"], layout.TRAIN_TOKENS_INFO))
+    if pt["allow_repeat"] or config["checkpoints"]["source"] != "sweep" or not info.is_file():
+        return
+    made = json.loads(info.read_text())
+    if made.get("corpus") != config["corpus"] or made.get("tokenizer") != config["tokenizer"]:
+        return  # the split will be made again
+    available = chunked_tokens(made["tokens"], pt["seq_len"])
+    per_step = pt["batch_size"] * pt["seq_len"]
+    for budget in pt["budgets"]:
+        trained = steps_for_budget(budget, pt["batch_size"], pt["seq_len"]) * per_step
+        check_repeat(budget, trained, available, False, str(info.with_suffix(".npy")))
+
+
 def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, CheckpointSpec]:
     """Semantic checks of a schema-valid config; fail before any job starts. Returns the study's
     checkpoints by name. check_benchmark_tasks: resolve eval.benchmarks task names (the main
@@ -290,6 +319,7 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
             steps_for_budget(budget, pt["batch_size"], pt["seq_len"])
         specs = study_checkpoints(config)
         PretrainConfig(**hyperparameters(PretrainConfig, pt))
+        check_budgets_fit(config)
         if finetune_enabled(config):
             for method in finetune_methods(config):
                 check_method(config, method)
@@ -584,4 +614,4 @@ def reference_checkpoint(config: dict, specs: Iterable[CheckpointSpec]) -> str:
     """The reference run's checkpoint: alpaca_eval.reference.checkpoint, else the study's last
     (most pre-training tokens)."""
     named = alpaca_eval_config(config).reference.checkpoint
-    return named or max(specs, key=lambda s: s.tokens).name
+    return named or max(specs, key=lambda s: (s.tokens, -(s.pretrain_seed or 0))).name

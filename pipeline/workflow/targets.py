@@ -11,7 +11,7 @@ from pathlib import Path
 
 from pipeline import layout
 from pipeline.analysis.figure_registry import figures_of_stage
-from pipeline.data.corpus import EMBEDDED_PACKAGES
+from pipeline.data.corpus import EMBEDDED_SOURCES
 from pipeline.data.tasks import TASK_NAMES, task_files
 from pipeline.layout import format_hparam
 from pipeline.models.checkpoints import CheckpointSpec
@@ -287,12 +287,24 @@ def metric_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
     )
 
 
+def findings_inputs(config: dict, checkpoints: Checkpoints) -> list[str]:
+    """The tables of this study that the registered claims read (pipeline/analysis/claims.py)."""
+    out = [path(config, layout.METRICS)]
+    if pretrain_dirs(config, checkpoints):
+        out += [path(config, layout.PRETRAIN_RUNS), path(config, layout.CORPUS_MANIFEST)]
+        out += [path(config, layout.TOKEN_COVERAGE)] if coverage_task_tables(config) else []
+    return out + ([path(config, layout.THEORY_METRICS)] if theory_enabled(config) else [])
+
+
 def all_outputs(config: dict, checkpoints: Checkpoints) -> list[str]:
-    """What `rule all` asks for: metrics, analysis tables and the figures of every enabled stage."""
-    out = [path(config, layout.METRICS), path(config, layout.INFLECTION)]
+    """What `rule all` asks for: metrics, analysis tables, the figures of every enabled stage and the
+    study's findings page."""
+    out = [path(config, layout.METRICS), path(config, layout.INFLECTION), path(config, layout.FINDINGS)]
     out += stage_figures(config, "sweep")
     if pretrain_dirs(config, checkpoints):
-        out += stage_figures(config, "pretrain")
+        out += stage_figures(config, "pretrain") + [path(config, layout.CORPUS_MANIFEST)]
+    if pretrain_dirs(config, checkpoints) and coverage_task_tables(config):
+        out += [path(config, layout.TOKEN_COVERAGE)]
     if finetune_enabled(config):
         out += [path(config, layout.FINETUNE_TUNED)] + stage_figures(config, "finetune")
         out += [path(config, layout.LR_SEARCH)] if finetune_search(config) else []
@@ -320,7 +332,7 @@ def corpus_packages(config: dict) -> list[str]:
     corpus = config["corpus"]
     if corpus["source"] != "embedded":
         return []
-    return [f"{corpus['package_dir']}/{EMBEDDED_PACKAGES[n]}" for n in corpus["embedded"]]
+    return [f"{corpus['package_dir']}/{f}" for n in corpus["embedded"] for f in EMBEDDED_SOURCES[n].files]
 
 
 def checkpoint_inputs(spec: CheckpointSpec) -> list[str]:
@@ -337,6 +349,15 @@ def tokenizer_task_tables(config: dict) -> list[str]:
     """Task tables whose training texts the tokenizer is also trained on (tokenizer.extra_texts)."""
     names = [n for n in config["tokenizer"]["extra_texts"] if n in TASK_NAMES]
     return [path(config, layout.TASK_TABLE, task=n) for n in names]
+
+
+def coverage_task_tables(config: dict) -> list[str]:
+    """The fine-tuning text tasks' tables, whose evaluation tokens rule token_coverage checks."""
+    return (
+        [path(config, layout.TASK_TABLE, task=n) for n in text_tasks(config)]
+        if finetune_enabled(config)
+        else []
+    )
 
 
 def benchmark_figure_inputs(config: dict) -> dict[str, str]:

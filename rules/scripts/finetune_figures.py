@@ -15,7 +15,14 @@ infl = pd.read_parquet(snakemake.input.inflection)
 out = snakemake.output
 formats = [Path(p).suffix[1:] for p in out.finetune_fixed_lr]
 plot_fixed_lr(
-    d, base, infl, Path(out.finetune_fixed_lr[0]).with_suffix(""), formats, snakemake.params.max_pretrain_ppl
+    d,
+    base,
+    infl,
+    Path(out.finetune_fixed_lr[0]).with_suffix(""),
+    formats,
+    snakemake.params.max_pretrain_ppl,
+    n_bootstrap=snakemake.config["analysis"]["bootstrap"],
+    seed=snakemake.config["analysis"]["seed"],
 )
 plot_tuned(
     pd.read_parquet(snakemake.input.tuned),

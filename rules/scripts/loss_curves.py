@@ -1,4 +1,5 @@
-"""Rule loss_curves: training loss of every pre-training run."""
+"""Rule loss_curves: every pre-training run's loss curve and record (seed, budget, epochs, ...), and
+the pre-training figure."""
 
 import json
 from pathlib import Path
@@ -6,13 +7,23 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.analysis.sweep_figures import plot_loss_curves
+from pipeline.io import write_parquet
 from pipeline.runtime import setup_logging
 
 setup_logging(snakemake.log[0])
-curves = []
+curves, runs = [], []
 for d in snakemake.input:
-    summary = json.loads(Path(d, "summary.json").read_text())
-    c = pd.read_parquet(Path(d, "loss_curve.parquet"))
-    curves.append(c.assign(budget=summary["budget"], model=summary["preset"]))
-formats = [Path(p).suffix[1:] for p in snakemake.output]
-plot_loss_curves(pd.concat(curves, ignore_index=True), Path(snakemake.output[0]).with_suffix(""), formats)
+    s = json.loads(Path(d, "summary.json").read_text())
+    run = {"model": s["preset"], "pretrain_seed": s["seed"], "budget": s["budget"]}
+    kept = ("tokens_trained", "steps", "epochs", "final_loss", "diverged", "vocab_size")
+    runs.append({**run, **{k: s.get(k) for k in kept}})
+    curves.append(pd.read_parquet(Path(d, "loss_curve.parquet")).assign(**run))
+runs = pd.DataFrame(runs).sort_values(["model", "pretrain_seed", "budget"], ignore_index=True)
+write_parquet(snakemake.output.runs, runs)
+out = snakemake.output.pretrain_loss
+plot_loss_curves(
+    pd.concat(curves, ignore_index=True),
+    runs,
+    Path(out[0]).with_suffix(""),
+    [Path(p).suffix[1:] for p in out],
+)

@@ -1,4 +1,4 @@
-"""Rule pretrain: one (preset, budget) run of the pre-training sweep, resumable."""
+"""Rule pretrain: one (preset, pre-training seed, budget) run of the pre-training sweep, resumable."""
 
 from pipeline.runtime import pick_device, set_threads, setup_logging
 from pipeline.train.config import PretrainConfig, execution
@@ -14,8 +14,10 @@ pretrain_run(
     tokenizer_path=snakemake.input.tokenizer,
     preset=snakemake.wildcards.model,
     budget=int(snakemake.wildcards.budget),
+    seed=int(snakemake.wildcards.pretrain_seed),
     cfg=cfg,
     out_dir=snakemake.output[0],
     state_path=snakemake.params.state,
     device=pick_device(snakemake.params.device),
+    allow_repeat=snakemake.params.allow_repeat,
 )

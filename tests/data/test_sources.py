@@ -59,9 +59,13 @@ def test_checkpoint_sources_from_config():
     cfg = {
         "study": "s",
         "checkpoints": {"source": "sweep"},
-        "pretrain": {"presets": ["tiny"], "budgets": [10, 20]},
+        "pretrain": {"presets": ["tiny"], "budgets": [10, 20], "seeds": [0, 3]},
     }
-    assert [s.name for s in study_checkpoints(cfg)] == ["tiny-10", "tiny-20"]
+    specs = study_checkpoints(cfg)
+    assert [s.name for s in specs] == ["tiny-10-s0", "tiny-20-s0", "tiny-10-s3", "tiny-20-s3"]
+    assert [s.pretrain_seed for s in specs] == [0, 0, 3, 3]
+    assert specs[-1].path == "results/s/pretrain/tiny/seed3/20"
+    assert specs[-1].row_fields("s")["pretrain_seed"] == 3  # every row of the run carries its seed
     hub = hub_checkpoints(
         "allenai/OLMo-1B-hf", [{"revision": "step10000-tokens41B", "tokens": 41_000_000_000}]
     )

@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from pipeline.data.batches import ChunkSampler
 from pipeline.data.tokenizer import token_stream
-from pipeline.train.config import TrainConfig, steps_for_budget
+from pipeline.train.config import PretrainConfig, TrainConfig, steps_for_budget
 from pipeline.train.loop import make_optimizer, make_schedule, train
 
 HP = dict(
@@ -28,7 +28,6 @@ HP = dict(
     weight_decay=0.1,
     warmup_fraction=0.1,
     grad_clip=1.0,
-    seed=0,
     checkpoint_every=10,
     log_every=10,
 )
@@ -155,7 +154,9 @@ def test_killed_pretraining_resumes_with_the_same_numbers(train_tokens, tokenize
         tokenizer_path=str(tokenizer_dir),
         preset="tiny",
         budget=600 * 4 * 32,
+        seed=0,
         hp=hp,
+        allow_repeat=True,  # a short split: this test is about resuming
     )
     _pretrain({**common, "out_dir": str(tmp_path / "straight"), "state_path": str(tmp_path / "s1.pt")})
 
@@ -180,3 +181,24 @@ def test_killed_pretraining_resumes_with_the_same_numbers(train_tokens, tokenize
     assert json.loads((out / "init_std.json").read_text()) == json.loads(
         (tmp_path / "straight" / "init_std.json").read_text()
     )
+
+
+def test_a_budget_beyond_the_training_split_stops_before_any_step(train_tokens, tokenizer_dir, tmp_path):
+    """More tokens than the split holds would repeat data: the run stops before training, naming the
+    budget and the split's size, unless pretrain.allow_repeat; then summary.json records epochs > 1."""
+    from pipeline.train.pretrain import pretrain_run
+
+    available = (len(np.load(train_tokens)) - 1) // 32 * 32
+    budget = (available // 128 + 2) * 128  # whole steps of 4 x 32, just past the split
+    common = dict(
+        train_tokens=train_tokens, tokenizer_path=tokenizer_dir, preset="tiny", budget=budget, seed=0
+    )
+    cfg = PretrainConfig(**{**HP, "lr": 1e-3})
+    with pytest.raises(ValueError, match=rf"pretrain.budgets: budget {budget:,} .*{available:,} tokens"):
+        pretrain_run(cfg=cfg, out_dir=tmp_path / "out", state_path=tmp_path / "s.pt", **common)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "s.pt").exists()  # nothing was trained
+    summary = pretrain_run(
+        cfg=cfg, out_dir=tmp_path / "out", state_path=tmp_path / "s.pt", allow_repeat=True, **common
+    )
+    assert summary["epochs"] > 1 and summary["seed"] == 0
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["epochs"] == summary["epochs"]

@@ -36,7 +36,7 @@ def test_precision_resolves_by_device_and_rejects_unknown_values():
     with pytest.raises(ValueError, match=r"finetune\.precision: 'fp16' is unknown"):
         FinetuneConfig(precision="fp16")
     with pytest.raises(ValueError, match=r"pretrain\.precision: 'bf16' is unknown"):
-        PretrainConfig(32, 4, 1e-3, (0.9, 0.95), 0.1, 0.1, 0, precision="bf16")
+        PretrainConfig(32, 4, 1e-3, (0.9, 0.95), 0.1, 0.1, precision="bf16")
     with pytest.raises(ValueError, match="expected one of"):
         check_precision("half", torch.device("cpu"))
 

@@ -27,7 +27,7 @@ from pipeline import layout
 from pipeline.runtime import INTERRUPTED
 
 STUDY = "ci-interrupt"
-PAST_STEP_100 = re.compile(r"\[pretrain/tiny-262144\] step (1[5-9]|[2-4]\d)\d/512")  # logged every 50
+PAST_STEP_100 = re.compile(r"\[pretrain/tiny-262144-s0\] step (1[5-9]|[2-4]\d)\d/512")  # logged every 50
 
 
 def test_ctrl_c_stops_a_local_run_in_one_line_per_job_and_the_rerun_resumes(tmp_path):
@@ -35,7 +35,7 @@ def test_ctrl_c_stops_a_local_run_in_one_line_per_job_and_the_rerun_resumes(tmp_
     shutil.rmtree(out, ignore_errors=True)
     # one pre-training run (and the data jobs before it); its state is saved every 100 steps
     cfg = write_config(tmp_path, smoke_config(study=STUDY, **{"pretrain.checkpoint_every": 100}))
-    run = out / layout.PRETRAIN_RUN.format(model="tiny", budget=262144)
+    run = out / layout.PRETRAIN_RUN.format(model="tiny", budget=262144, pretrain_seed=0)
     target = str(run.relative_to(ROOT))
     terminal = tmp_path / "terminal.txt"
     try:
@@ -54,15 +54,15 @@ def test_ctrl_c_stops_a_local_run_in_one_line_per_job_and_the_rerun_resumes(tmp_
         print(f"Snakemake exited {seconds:.1f} s after Ctrl-C")
         assert proc.returncode != 0 and seconds < 20, (seconds, text[-3000:])
         assert "Traceback" not in text and "KeyboardInterrupt" not in text, text[-5000:]
-        assert text.count(f"[pretrain/tiny-262144] {INTERRUPTED}") == 1, text[-3000:]
-        log = (out / "logs" / "pretrain" / "tiny-262144.log").read_text()
+        assert text.count(f"[pretrain/tiny-262144-s0] {INTERRUPTED}") == 1, text[-3000:]
+        log = (out / "logs" / "pretrain" / "tiny-262144-s0.log").read_text()
         assert f"WARNING pipeline: {INTERRUPTED}" in log and "Traceback" not in log, log[-3000:]
         assert not run.exists() and not list(run.parent.glob(".tmp-*")), list(run.parent.iterdir())
 
         res = snakemake(cfg, "--cores", "2", target, timeout=300)
         text = res.stdout + res.stderr
         assert res.returncode == 0, text[-3000:]
-        m = re.search(r"\[pretrain/tiny-262144\] resumed from \S+ at step (\d+)/512", text)
+        m = re.search(r"\[pretrain/tiny-262144-s0\] resumed from \S+ at step (\d+)/512", text)
         assert m and int(m.group(1)) >= 100, text[-3000:]
         assert (run / "config.json").is_file()
     finally:

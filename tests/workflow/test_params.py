@@ -153,13 +153,13 @@ def test_a_new_field_reaches_the_job_without_a_key_list():
 
 def test_run_configs_build_the_same_loop_config():
     """The loop's config (and its resume fingerprint, which resume files store) as the runs built it."""
-    pt = PretrainConfig(128, 16, 3e-2, [0.9, 0.95], 0.1, 0.1, 0, log_every=7)
+    pt = PretrainConfig(128, 16, 3e-2, [0.9, 0.95], 0.1, 0.1, log_every=7)
     assert pt.train_config(100) == TrainConfig(
         100, 3e-2, (0.9, 0.95), 0.1, 0.1, "cosine", 1.0, precision="fp32", checkpoint_every=200, log_every=7
     )
     assert pt.train_config(100, "cuda").precision == "bf16-mixed"  # null precision: by device
     assert (
-        PretrainConfig(128, 16, 3e-2, [0.9, 0.95], 0.1, 0.1, 0, warmup_steps=5)
+        PretrainConfig(128, 16, 3e-2, [0.9, 0.95], 0.1, 0.1, warmup_steps=5)
         .train_config(100)
         .warmup_fraction
         == 0.05

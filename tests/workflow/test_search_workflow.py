@@ -87,11 +87,11 @@ def test_reruns_touch_only_the_rounds(search_run, tmp_path):
     assert planned_jobs(cfg) == {}
     # killed in its last round: one run and the round's record missing, nothing after them written;
     # the rerun runs just that run and that round, and the search ends where it did
-    search_dir = out / "finetune/tiny-16384/code/sft/lr_search"
+    search_dir = out / "finetune/tiny-16384-s0/code/sft/lr_search"
     final = json.loads((search_dir / "lam0.json").read_text())
     last = [row for row in final["evaluated"] if row["round"] == final["round"]][0]
     lr = format_hparam(last["learning_rate"])
-    (out / f"finetune/tiny-16384/code/sft/lr{lr}_lam0_seed0.parquet").unlink()
+    (out / f"finetune/tiny-16384-s0/code/sft/lr{lr}_lam0_seed0.parquet").unlink()
     (search_dir / f"lam0_round{final['round']}.json").unlink()
     for name in ("lam0.json", "lam0.parquet", "lam0.line.parquet"):
         (search_dir / name).unlink()

@@ -426,7 +426,7 @@ def test_a_two_rank_finetuning_job_equals_the_one_rank_job(cluster, cluster_run,
     study = ROOT / "results" / f"{STUDY}-ranks"
     shutil.rmtree(study, ignore_errors=True)
     shutil.copytree(out, study)  # its checkpoints and task tables; mtimes kept, so nothing else reruns
-    run = dict(checkpoint="tiny-262144", task="mr", method="sft", lr="0.003", lam="0", seed=0)
+    run = dict(checkpoint="tiny-262144-s0", task="mr", method="sft", lr="0.003", lam="0", seed=0)
     part = Path(layout.FINETUNE_PART.format(**run))
     # a sharded job holds no whole model for the curvature line: refused with ranks > 1 (the
     # linearization gap gathers θ_ft and θ_pre whole and is compared like every other row)

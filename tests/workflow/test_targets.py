@@ -33,10 +33,15 @@ def test_sweep_checkpoints_live_where_rule_pretrain_writes():
         re.escape(pattern)
         .replace(r"\{model\}", r"(?P<model>[^/]+)")
         .replace(r"\{budget\}", r"(?P<budget>\d+)")
+        .replace(r"\{pretrain_seed\}", r"(?P<seed>\d+)")
     )
     for spec in ckpts.values():
         m = re.fullmatch(regex, spec.path)
-        assert m and (m["model"], int(m["budget"])) == (spec.model, spec.tokens)
+        assert m and (m["model"], int(m["budget"]), int(m["seed"])) == (
+            spec.model,
+            spec.tokens,
+            spec.pretrain_seed,
+        )
     assert targets.pretrain_dirs(cfg, ckpts) == [s.path for s in ckpts.values()]
 
 
@@ -48,15 +53,15 @@ def test_parts_of_the_smoke_study():
     parts = targets.finetune_parts(cfg, ckpts)
     runs = len(ft["learning_rates"]) * len(ft["lambdas"]) * len(ft["seeds"])
     assert len(parts) == len(ckpts) * len(ft["tasks"]) * (1 + runs)
-    assert "results/t/finetune/tiny-16384/code/sft/lr0.003_lam0_seed0.parquet" in parts
-    assert "results/t/finetune/tiny-16384/mr/base.parquet" in parts
+    assert "results/t/finetune/tiny-16384-s0/code/sft/lr0.003_lam0_seed0.parquet" in parts
+    assert "results/t/finetune/tiny-16384-s0/mr/base.parquet" in parts
     sharpness = [f"results/t/curvature/{n}/sharpness.parquet" for n in ckpts]
     ntk = [f"results/t/curvature/{n}/ntk.parquet" for n in ckpts]
     assert targets.ntk_parts(cfg, ckpts) == ntk
     assert targets.metric_parts(cfg, ckpts) == targets.perturb_parts(cfg, ckpts) + parts + sharpness + ntk
     lines = targets.curvature_line_parts(cfg, ckpts)
     assert len(lines) == len(ckpts) * (1 + len(ft["tasks"]) * runs)
-    assert "results/t/finetune/tiny-16384/code/sft/lr0.003_lam0_seed0.line.parquet" in lines
+    assert "results/t/finetune/tiny-16384-s0/code/sft/lr0.003_lam0_seed0.line.parquet" in lines
 
 
 def test_all_outputs_follow_the_enabled_stages_and_the_figure_registry():

@@ -71,7 +71,7 @@ def test_both_stages_run_and_stage_two_is_tuned_on_the_vlm_score(vlm_run):
     tuned = pd.read_parquet(out / "analysis" / "finetune_tuned.parquet")
     assert set(tuned["task"]) == {"llava"} and (tuned["learning_rate"] == 1e-3).all()
     assert (out / "figures" / "vlm_benchmarks.png").stat().st_size > 10_000
-    assert (out / "finetune" / "small-16384" / "llava" / "projector.pt").is_file()
+    assert (out / "finetune" / "small-16384-s0" / "llava" / "projector.pt").is_file()
 
 
 def test_a_new_stage_two_learning_rate_reruns_stage_two_only(vlm_run):

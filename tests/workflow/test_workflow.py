@@ -109,11 +109,11 @@ def test_smoke_study_outputs(smoke_run):
 def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
     """Rerun the perturbation of one checkpoint from scratch (cache cleared): identical values."""
     out, cfg_path = smoke_run
-    before = pd.read_parquet(out / "perturb" / "tiny-65536.parquet")
-    shutil.rmtree(out / "perturb" / ".cells" / "tiny-65536")
+    before = pd.read_parquet(out / "perturb" / "tiny-65536-s0.parquet")
+    shutil.rmtree(out / "perturb" / ".cells" / "tiny-65536-s0")
     res = snakemake(cfg_path, "--cores", "1", "--forcerun", "perturb", "--until", "perturb")
     assert res.returncode == 0, res.stderr[-3000:]
-    after = pd.read_parquet(out / "perturb" / "tiny-65536.parquet")
+    after = pd.read_parquet(out / "perturb" / "tiny-65536-s0.parquet")
     pd.testing.assert_frame_equal(before, after)
 
 
@@ -226,7 +226,7 @@ def test_added_gamma_computes_only_new_cells(smoke_run, tmp_path):
     cfg = write_config(tmp_path, smoke_config(study=STUDY, **{"perturb.gammas": [2, 6, 4]}))
     res = snakemake(cfg, "--cores", "2")
     assert res.returncode == 0, res.stderr[-3000:]
-    log = (out / "logs" / "perturb" / "tiny-16384.log").read_text()
+    log = (out / "logs" / "perturb" / "tiny-16384-s0.log").read_text()
     assert "2 cells computed, 5 from cache" in log
     metrics = pd.read_parquet(out / "metrics.parquet")
     assert set(metrics["gamma"].dropna()) == {2.0, 4.0, 6.0}

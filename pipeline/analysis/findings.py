@@ -1,0 +1,207 @@
+"""The findings pages, rendered from studies' tables (`make docs`; rule `findings` for every study).
+
+    python -m pipeline.analysis.findings results/evidence results/default ...   # refresh + render
+    python -m pipeline.analysis.findings --check                                # docs == rendering
+
+With study directories: the tables the registered claims read (claims.TABLES) are copied from each
+`results/<study>/` into `docs/reference/<study>/` (committed), the headline figures into
+`docs/figures/`, and docs/findings.md is rendered from the reference copies alone, as is the
+README's claims table (between `<!-- findings:begin -->` and `<!-- findings:end -->`). A test renders
+both again and compares, so no documented number can drift from the rows it came from. Every
+number in them comes from here: nothing is typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from pipeline.analysis.claims import CLAIMS, TABLES, Claim, Finding, StudyTables, evaluate
+
+ROOT = Path(__file__).resolve().parents[2]
+REFERENCE = ROOT / "docs" / "reference"
+FINDINGS = ROOT / "docs" / "findings.md"
+README = ROOT / "README.md"
+FIGURES = ROOT / "docs" / "figures"
+HEADLINE = {"evidence": ["progressive_sensitivity", "finetune_tuned", "pretrain_loss"]}
+NOTE = "<!-- rendered by `make docs` (pipeline/analysis/findings.py) from docs/reference/: do not edit -->"
+# how to produce each study's tables
+RUN = {
+    "evidence": "make evidence",
+    "default": "make study",
+    "lora": "snakemake --cores all --configfile config/lora.yaml",
+    "linearization": "snakemake --cores all --configfile config/linearization.yaml",
+    "vlm-demo": "make vlm-demo",
+}
+MARK = {
+    "supported": "✅ supported",
+    "not established": "◻️ not established",
+    "contradicted": "❌ contradicted",
+}
+
+
+def fmt(x: float) -> str:
+    """A number with 3 significant digits (NaN: an en dash)."""
+    if not math.isfinite(x):
+        return "–"
+    if x != 0 and (abs(x) >= 1e5 or abs(x) < 1e-3):
+        return f"{x:.2e}"
+    return f"{x:.3g}"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def verdict_text(f: Finding) -> str:
+    return MARK.get(f.verdict, f"not computed: {f.missing}")
+
+
+def render_finding(f: Finding, number: str) -> str:
+    c = f.claim
+    out = [f"### {number} {c.title}: {verdict_text(f)}", "", f"> {c.statement}", ""]
+    out += [
+        _table(
+            ["", ""],
+            [
+                ["compared", c.compares],
+                ["statistic", c.statistic],
+                ["decision rule (fixed before the data)", c.rule],
+                ["study", f"`{c.study}` ({RUN.get(c.study, c.study)})"],
+                ["confounds of the toy setup", c.confounds or "–"],
+            ],
+        ),
+        "",
+    ]
+    if f.estimates:
+        rows = [
+            [
+                e.label,
+                fmt(e.value),
+                "–" if not math.isfinite(e.low) else f"{fmt(e.low)} to {fmt(e.high)}",
+                e.n,
+                e.verdict,
+                e.note or "–",
+            ]
+            for e in f.estimates
+        ]
+        out += [_table(["setting", "estimate", "95% interval", "n", "verdict", "note"], rows), ""]
+    return "\n".join(out)
+
+
+def render(findings: list[Finding], title: str, intro: str, note: str = NOTE) -> str:
+    """A findings page: a summary table of every claim's verdict, then each claim in full."""
+    sections: dict[str, list[tuple[str, Finding]]] = {}
+    for i, f in enumerate(findings, 1):
+        sections.setdefault(f.claim.section, []).append((f"F{i}.", f))
+    summary = [
+        [n, f.claim.section, f.claim.title, f"`{f.claim.study}`", verdict_text(f)]
+        for sec in sections.values()
+        for n, f in sec
+    ]
+    out = [
+        f"# {title}",
+        "",
+        NOTE,
+        "",
+        intro,
+        "",
+        _table(["", "section", "claim", "study", "verdict"], summary),
+        "",
+    ]
+    for name, items in sections.items():
+        out += [f"## {name}", ""] + [render_finding(f, n) for n, f in items]
+    return "\n".join(out).rstrip() + "\n"
+
+
+INTRO = (
+    "Each finding below is a registered claim (pipeline/analysis/claims.py): what is compared, the "
+    "statistic with its 95% interval and n, and a decision rule fixed before the data, which gives "
+    '**supported**, **not established** or **contradicted**. "Not established" is a result: the '
+    "data do not decide. Intervals say which seeds they cover; with one pre-training run they leave "
+    "pre-training variance out. The toy's confounds are named with each claim; none of this is "
+    "worded more strongly than its interval. Rendered from the studies' tables in docs/reference/."
+)
+
+
+def findings_for(claims: list[Claim], reference: Path = REFERENCE) -> list[Finding]:
+    return [evaluate(c, StudyTables(reference / c.study, c.study)) for c in claims]
+
+
+def study_findings(study_dir: Path, study: str) -> str:
+    """A study's own findings page (rule `findings`): every claim on this study's tables."""
+    tables = StudyTables(study_dir, study)
+    findings = [evaluate(Claim(**{**vars(c), "study": study}), tables) for c in CLAIMS]
+    intro = INTRO.replace(
+        "Rendered from the studies' tables in docs/reference/.", f"Rendered from results/{study}/."
+    )
+    note = "<!-- rendered by rule findings (pipeline/analysis/findings.py) from this study's tables -->"
+    return render(findings, f"Findings of the study `{study}`", intro, note)
+
+
+def readme_block(findings: list[Finding]) -> str:
+    rows = [[f.claim.title, f"`{f.claim.study}`", verdict_text(f)] for f in findings]
+    return f"{NOTE}\n{_table(['claim', 'study', 'verdict'], rows)}\n"
+
+
+_BLOCK = re.compile(r"(<!-- findings:begin -->\n)(.*?)(<!-- findings:end -->)", re.S)
+
+
+def readme_with(readme: str, block: str) -> str:
+    if not _BLOCK.search(readme):
+        raise ValueError("README.md has no <!-- findings:begin --> / <!-- findings:end --> markers")
+    return _BLOCK.sub(lambda m: m.group(1) + block + m.group(3), readme)
+
+
+def copy_reference(study_dir: Path, reference: Path = REFERENCE) -> list[Path]:
+    """The claim tables of one study into docs/reference/<study>/ (those the study has)."""
+    study = study_dir.name
+    out = []
+    for rel in TABLES:
+        src = study_dir / rel
+        if src.is_file():
+            dst = reference / study / rel
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dst)
+            out.append(dst)
+    for name in HEADLINE.get(study, []):
+        png = study_dir / "figures" / f"{name}.png"
+        if png.is_file():
+            FIGURES.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(png, FIGURES / png.name)
+    return out
+
+
+def rendered() -> tuple[str, str]:
+    findings = findings_for(CLAIMS)
+    return render(findings, "Findings", INTRO), readme_with(README.read_text(), readme_block(findings))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("studies", nargs="*", type=Path, help="results/<study> directories to refresh from")
+    ap.add_argument("--check", action="store_true", help="exit 1 if the docs differ from their rendering")
+    args = ap.parse_args(argv)
+    for study_dir in args.studies:
+        copied = copy_reference(study_dir)
+        print(f"{study_dir}: {len(copied)} tables into {REFERENCE / study_dir.name}")
+    page, readme = rendered()
+    if args.check:
+        ok = FINDINGS.is_file() and FINDINGS.read_text() == page and README.read_text() == readme
+        print(
+            "docs/findings.md and README.md match their rendering" if ok else "out of date: run `make docs`"
+        )
+        return 0 if ok else 1
+    FINDINGS.write_text(page)
+    README.write_text(readme)
+    print(f"wrote {FINDINGS} and the README's findings table")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

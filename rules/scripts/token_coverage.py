@@ -1,0 +1,35 @@
+"""Rule token_coverage: per fine-tuning text task and evaluation split, the share of its tokens whose
+id never occurs as a pre-training target (pipeline/data/manifest.py)."""
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.data.encode import read_task
+from pipeline.data.manifest import MAX_UNSEEN, token_coverage
+from pipeline.data.task_items import item_text
+from pipeline.data.tokenizer import as_hf_tokenizer, encode_documents
+from pipeline.io import write_parquet
+from pipeline.runtime import setup_logging
+
+setup_logging(snakemake.log[0])
+tokenizer = as_hf_tokenizer(snakemake.input.tokenizer)
+task_tokens = {}
+for path in snakemake.input.tasks:
+    task = read_task(Path(path).stem, path)
+    for split in ("validation", "test"):
+        docs = [item_text(it) for it in task.splits.get(split) or []]
+        task_tokens[task.name, split] = [t for doc in encode_documents(tokenizer, docs) for t in doc]
+coverage = token_coverage(np.load(snakemake.input.tokens, mmap_mode="r"), task_tokens)
+write_parquet(snakemake.output[0], coverage)
+logging.info("tokens pre-training never predicts:\n%s", coverage.to_string(index=False))
+for r in coverage[coverage["unseen_share"] > MAX_UNSEEN].itertuples():
+    logging.warning(
+        "task %s/%s: %.2f%% of its tokens (%d ids) never occur as pre-training targets (target <= %.1f%%)",
+        r.task,
+        r.split,
+        100 * r.unseen_share,
+        r.unseen_ids,
+        100 * MAX_UNSEEN,
+    )

@@ -1,0 +1,112 @@
+"""U-shape test and minimum location (pipeline.analysis.inflection) on constructed sweeps."""
+
+import math
+
+import numpy as np
+import pytest
+
+from pipeline.analysis.inflection import u_shape
+
+X4 = np.arange(4.0)  # log2(tokens / 1M): 1, 2, 4, 8 M tokens
+X7 = np.arange(7) / 2  # sqrt(2) apart
+
+
+def sweep(curve, x=X4, n=3, sd=0.01, seed=0, paired=False, offset=0.0):
+    """(tokens, values, unit) of n units per budget around curve(x); paired units share an offset."""
+    rng = np.random.default_rng(seed)
+    tokens = np.repeat(1e6 * 2.0**x, n)
+    y = np.repeat(curve(x), n) + rng.normal(0, sd, len(tokens))
+    if paired:
+        unit = np.tile(np.arange(n), len(x))
+        y += rng.normal(0, offset, n)[unit]
+    else:
+        unit = np.arange(len(tokens))
+    return tokens, y, unit
+
+
+def u_curve(x, xstar=1.3):
+    return 0.3 * (2 ** -(x - xstar) + 2 ** (x - xstar))
+
+
+def test_clear_u_recovers_its_minimum():
+    f = u_shape(*sweep(u_curve))
+    true = 2**1.3 * 1e6
+    assert f.p_u > 0.95 and f.bounded and f.reason == ""
+    assert f.min_low <= true <= f.min_high
+    assert f.min_low <= f.min_tokens <= f.min_high
+    assert 0.5 < f.min_high / f.min_low < 2  # localised within one doubling
+    assert f.slope_low < 0 < f.slope_high and max(f.p_low, f.p_high) == pytest.approx(1 - f.p_u)
+    assert (f.n_budgets, f.n_units, f.n_obs, f.level) == (4, 12, 12, 0.95)
+
+
+def test_power_law_flattening_is_not_a_u_though_a_quadratic_says_so():
+    def decay(x):
+        return 4.0 + 2.0 ** (-1.5 * x)  # decreasing, convex, flattening: no minimum inside the grid
+
+    tokens, y, unit = sweep(decay, x=X7, sd=0.002)
+    a, b, _ = np.polyfit(X7, decay(X7), 2)
+    assert a > 0 and 0 < -b / (2 * a) < 3  # the quadratic has an interior minimum
+    f = u_shape(tokens, y, unit)
+    assert f.p_u < 0.5
+    assert f.min_high == math.inf  # the minimum may lie at or beyond the largest budget
+
+
+def test_strictly_increasing_is_not_a_u():
+    f = u_shape(*sweep(lambda x: 5.0 + 0.1 * 2**x))
+    assert f.p_u < 0.5
+    assert f.min_low == 0.0 and f.min_high <= 1e6 * 1.01  # minimum at or below the smallest budget
+
+
+@pytest.mark.parametrize(
+    "tokens, values, unit, why",
+    [
+        ([1e6, 1e6, 2e6, 2e6], [1.0, 1.1, 0.9, 0.8], [0, 1, 0, 1], "need at least 3"),
+        ([1e6, 2e6, 4e6, 8e6], [1.0, 0.9, 0.95, 1.2], [0, 1, 2, 3], "no replication"),
+        ([1e6, 2e6, 4e6], [1.0, 0.9, 1.2], [0, 0, 0], "no replication"),
+        (
+            [1e6, 2e6, 4e6, 1e6, 2e6, 4e6],
+            [1.0, np.inf, 1.2, 1.1, np.nan, 1.3],
+            [0, 0, 0, 1, 1, 1],
+            "at least 3",
+        ),
+        ([], [], [], "at least 3"),
+    ],
+)
+def test_too_little_data_returns_a_reason(tokens, values, unit, why):
+    f = u_shape(np.array(tokens), np.array(values), np.array(unit))
+    assert why in f.reason
+    assert math.isnan(f.p_u) and math.isnan(f.min_tokens) and math.isnan(f.min_low) and not f.bounded
+
+
+def test_paired_units_remove_a_shared_offset():
+    tokens, y, unit = sweep(u_curve, sd=0.01, paired=True, offset=0.5)
+    paired = u_shape(tokens, y, unit)
+    assert paired.paired and paired.df == (4 - 1) * (3 - 1) and paired.n_units == 3
+    assert paired.p_u > 0.95 and paired.min_low <= 2**1.3 * 1e6 <= paired.min_high
+    assert paired.sigma < 0.03  # the offset (sd 0.5) is not in the residual
+    as_if_independent = u_shape(tokens, y, np.arange(len(y)))
+    assert not as_if_independent.paired and as_if_independent.p_u < paired.p_u
+
+
+def test_non_finite_values_are_dropped_and_counted():
+    tokens, y, unit = sweep(u_curve)
+    clean = u_shape(tokens, y, unit)
+    diverged = u_shape(np.r_[tokens, 8e6, 8e6], np.r_[y, np.inf, np.nan], np.r_[unit, 98, 99])
+    assert diverged.n_dropped == 2 and diverged.n_obs == clean.n_obs
+    assert diverged.p_u == clean.p_u and diverged.min_low == clean.min_low
+
+
+def test_interval_narrows_with_the_level():
+    data = sweep(u_curve, sd=0.03, seed=3)
+    wide, narrow = u_shape(*data, level=0.95), u_shape(*data, level=0.5)
+    assert narrow.level == 0.5
+    assert wide.min_low <= narrow.min_low <= narrow.min_high <= wide.min_high
+
+
+def test_false_u_rate_at_the_least_favourable_monotone_curve():
+    """A certain drop then a flat tail: only the rise can be falsely claimed; its rate is <= alpha."""
+    rng = np.random.default_rng(1)
+    tokens, unit = np.repeat(1e6 * 2.0**X4, 3), np.arange(12)
+    mu = np.repeat([10.0, 0.0, 0.0, 0.0], 3)
+    false_u = np.mean([u_shape(tokens, mu + rng.normal(size=12), unit).p_u > 0.95 for _ in range(1000)])
+    assert 0.025 < false_u < 0.075
