@@ -8,7 +8,7 @@ monotone curves (a quarter each): a power law decaying to an asymptote, the U fa
 minimum 0-1.5 doublings above the grid (decreasing, flattening), a rising power law, flat.
 Noise: Gaussian, sd 0.005, 0.02, 0.05, 0.12, independent units or paired (every unit at every
 budget, plus a unit offset of sd 2 x noise shared across budgets); --hetero makes the sd grow 4x
-from the smallest budget to the largest (as between seeds in docs/reference).
+from the smallest budget to the largest (as between seeds of the earlier default study).
 
 Reports per setting: coverage of the `level` interval for x* over U curves (target 0.90-0.98),
 rate of p_u > 0.95 on monotone curves (false U, target <= 0.05), power (p_u > 0.95 on U curves),

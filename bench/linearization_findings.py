@@ -1,5 +1,5 @@
-"""The linearization stage's findings of one study, as markdown tables (README "Linearization, the
-NTK and the fine-tuning methods"): whatever rows the study has.
+"""The linearization stage's findings of one study, as markdown tables (a diagnostic
+beside the registered claims of docs/findings.md): whatever rows the study has.
 
 - the gap vs tokens: per (task, method, learning rate, λ), the seed-mean linearization gap on the
   pre-training windows at each budget and Spearman ρ against tokens;

@@ -10,6 +10,7 @@ function of the tables.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -180,7 +181,9 @@ def rank_correlation(
         raise NoRows(f"fewer than 4 pairs for {label}")
     point = float(spearmanr(x, y)[0])
     idx = rng.integers(0, len(x), size=(BOOTSTRAP, len(x)))
-    boots = np.array([spearmanr(x[i], y[i])[0] for i in idx])
+    with warnings.catch_warnings():  # a resample of tied values has no ρ: dropped below
+        warnings.simplefilter("ignore")
+        boots = np.array([spearmanr(x[i], y[i])[0] for i in idx])
     low, high = _percentiles(boots[np.isfinite(boots)])
     return Estimate(label, point, low, high, n, interval_verdict(low, high, sign))
 

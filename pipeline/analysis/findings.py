@@ -3,7 +3,7 @@
     python -m pipeline.analysis.findings results/evidence results/default ...   # refresh + render
     python -m pipeline.analysis.findings --check                                # docs == rendering
 
-With study directories: the tables the registered claims read (claims.TABLES) are copied from each
+With study directories: the tables the registered claims read (study_tables.TABLES) are copied from each
 `results/<study>/` into `docs/reference/<study>/` (committed), the headline figures into
 `docs/figures/`, and docs/findings.md is rendered from the reference copies alone, as is the
 README's claims table (between `<!-- findings:begin -->` and `<!-- findings:end -->`). A test renders
@@ -20,7 +20,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from pipeline.analysis.claims import CLAIMS, TABLES, Claim, Finding, StudyTables, evaluate
+from pipeline.analysis.claims import CLAIMS, Claim, Finding, evaluate
+from pipeline.analysis.study_tables import TABLES, StudyTables
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference"
@@ -107,7 +108,7 @@ def render(findings: list[Finding], title: str, intro: str, note: str = NOTE) ->
     out = [
         f"# {title}",
         "",
-        NOTE,
+        note,
         "",
         intro,
         "",

@@ -290,10 +290,16 @@ def metric_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
 def findings_inputs(config: dict, checkpoints: Checkpoints) -> list[str]:
     """The tables of this study that the registered claims read (pipeline/analysis/claims.py)."""
     out = [path(config, layout.METRICS)]
+    out += [path(config, layout.FINETUNE_TUNED)] if finetune_enabled(config) else []
     if pretrain_dirs(config, checkpoints):
         out += [path(config, layout.PRETRAIN_RUNS), path(config, layout.CORPUS_MANIFEST)]
         out += [path(config, layout.TOKEN_COVERAGE)] if coverage_task_tables(config) else []
-    return out + ([path(config, layout.THEORY_METRICS)] if theory_enabled(config) else [])
+    out += [path(config, layout.VLM_DATA)] if vlm_tasks(config) else []
+    return out + (
+        [path(config, layout.THEORY_METRICS), path(config, layout.THEORY_TRANSFER)]
+        if theory_enabled(config)
+        else []
+    )
 
 
 def all_outputs(config: dict, checkpoints: Checkpoints) -> list[str]:

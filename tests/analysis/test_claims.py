@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.analysis import claims, findings
-from pipeline.analysis.claims import CLAIMS, StudyTables, evaluate
+from pipeline.analysis import findings
+from pipeline.analysis.claims import CLAIMS, evaluate
 from pipeline.analysis.evidence import (
     CONTRADICTED,
     NOT_ESTABLISHED,
@@ -21,6 +21,8 @@ from pipeline.analysis.evidence import (
     trend,
     ushape,
 )
+from pipeline.analysis.stats import deltas
+from pipeline.analysis.study_tables import StudyTables
 from pipeline.tables import metric_row, metrics_frame
 
 BUDGETS = [500_000, 707_107, 1_000_000, 1_414_214, 2_000_000, 2_828_427, 4_000_000]
@@ -62,16 +64,16 @@ def sweep_rows(shape, noise: float, seed: int = 0) -> pd.DataFrame:
 
 def test_trend_recovers_a_known_slope_over_both_seed_levels():
     metrics = sweep_rows(lambda x: 0.2 * x, noise=0.02)
-    d = claims.deltas(metrics, "ppl").dropna(subset=["gamma"])
+    d = deltas(metrics, "ppl").dropna(subset=["gamma"])
     est = trend(d, "delta_log", "γ = 6", +1, np.random.default_rng(0))
     assert est.low < 0.2 < est.high and est.high - est.low < 0.1 and est.verdict == SUPPORTED
     assert est.n == "7 budgets; 3 pre-training seeds x 3 perturbation seeds"
 
 
 def test_a_u_is_found_and_a_monotone_curve_is_not():
-    u = claims.deltas(sweep_rows(lambda x: 0.15 * x**2, noise=0.01), "ppl").dropna(subset=["gamma"])
+    u = deltas(sweep_rows(lambda x: 0.15 * x**2, noise=0.01), "ppl").dropna(subset=["gamma"])
     assert ushape(u, "value", "U").verdict == SUPPORTED
-    falling = claims.deltas(sweep_rows(lambda x: 0.0, noise=0.01), "ppl").dropna(subset=["gamma"])
+    falling = deltas(sweep_rows(lambda x: 0.0, noise=0.01), "ppl").dropna(subset=["gamma"])
     assert ushape(falling, "value", "falling").verdict == CONTRADICTED  # still falling at the largest budgets
 
 

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from pipeline.analysis.claim_stats import z_scores
 from pipeline.theory import features_are_fate as faf
 from pipeline.theory import linear_teachers as lt
 from pipeline.theory.config import check_config
@@ -41,8 +42,6 @@ from pipeline.theory.transfer_table import SCHEMA, TRANSFER_COLUMNS, write_trans
 ROOT = Path(__file__).resolve().parents[2]
 THEORY = yaml.safe_load((ROOT / "config.yaml").read_text())["theory"]
 PI = math.pi
-KEY = ["paper", "experiment", "variant", "method", "metric", "depth", "d", "n", "theta", "sigma", "ridge"]
-KEY += ["target_norm", "pretrain_time", "features"]
 
 
 def _small() -> dict:
@@ -86,18 +85,6 @@ def default_grid() -> pd.DataFrame:
     c = THEORY["transfer"]
     with threadpool_limits(limits=1, user_api="blas"):  # as the stage runs it
         return transfer_frame(faf_grid(c["features_are_fate"], c["seed"]), "test")
-
-
-def _z_scores(df: pd.DataFrame) -> pd.DataFrame:
-    """Every simulated mean next to its exact closed form (same grid point), with z = Δ/SE (deterministic
-    runs, with no standard error, are compared by their own tests)."""
-    sim = df[(df["estimator"] == "simulation") & df["risk_se"].notna()]
-    cf = df[(df["estimator"] == "closed_form") & (df["limit"] == "exact")]
-    m = sim.merge(cf[[*KEY, "risk"]], on=KEY, suffixes=("", "_cf"))
-    diff = m["risk"] - m["risk_cf"]
-    se = m["risk_se"].fillna(0.0)
-    exact_zero = (se == 0) & (diff.abs() <= 1e-12 * (1 + m["risk_cf"].abs()))
-    return m.assign(z=np.where(se > 0, diff / se.where(se > 0, 1.0), np.where(exact_zero, 0.0, np.inf)))
 
 
 # ------------------------------------------------------------------------------------- exact moments
@@ -179,7 +166,7 @@ def test_boundary_curves_are_the_zero_set_of_eq13():
 
 def test_default_grid_simulations_within_4_se(default_grid):
     """Every simulated mean of the default (n, θ, σ) grid within 4 SE of its exact closed form."""
-    z = _z_scores(default_grid)
+    z = z_scores(default_grid)
     assert len(z) == 5 * len(default_grid) // 15 and np.isfinite(z["z"]).all()  # 5 simulated rows per 15
     assert z["z"].abs().max() < 4, z.loc[z["z"].abs().idxmax()]
 
@@ -187,7 +174,7 @@ def test_default_grid_simulations_within_4_se(default_grid):
 def test_stage_simulations_within_4_se(stage):
     """The same for every experiment of the stage that has an exact closed form (incl. GD scratch and
     the frozen first layer, and the one-layer bridge)."""
-    z = _z_scores(stage)
+    z = z_scores(stage)
     assert set(z["experiment"]) >= {
         "faf_grid",
         "faf_ridge",

@@ -401,3 +401,31 @@ def test_lora_targets_that_match_nothing_stop_the_run_before_any_job(tmp_path):
     assert "finetune.methods.lo.params.lora.target_modules: 'query' matches no module" in text, text[-3000:]
     assert "'q_proj'" in text and "Traceback" not in text, text[-3000:]
     assert not (ROOT / "results" / "bad-lora").exists()  # no job ran
+
+
+def test_duplicate_pretraining_seeds_stop_at_start_up():
+    with pytest.raises(ConfigError) as err:
+        validated(**{"pretrain.seeds": [0, 1, 0]})
+    assert "pretrain.seeds" in str(err.value) and "no repeated items" in str(err.value)
+
+
+def test_a_budget_beyond_the_tokenized_split_stops_at_start_up(tmp_path, monkeypatch):
+    """Where the training split is tokenized with the config's corpus and tokenizer settings, a budget
+    it cannot hold stops before any job, naming the budget and the split's size; other settings (the
+    split will be made again) or pretrain.allow_repeat pass."""
+    import json
+
+    from pipeline import layout
+    from pipeline.workflow.config import check_config
+
+    monkeypatch.chdir(tmp_path)
+    cfg = validated()
+    info = tmp_path / layout.study_path("t", layout.TRAIN_TOKENS_INFO)
+    info.parent.mkdir(parents=True)
+    small = 1 + max(cfg["pretrain"]["budgets"]) // 2  # half the largest budget
+    info.write_text(json.dumps({"tokens": small, "corpus": cfg["corpus"], "tokenizer": cfg["tokenizer"]}))
+    with pytest.raises(ConfigError, match=rf"budget {max(cfg['pretrain']['budgets']):,} tokens exceeds"):
+        check_config(cfg, check_benchmark_tasks=False)
+    check_config({**cfg, "pretrain": {**cfg["pretrain"], "allow_repeat": True}}, check_benchmark_tasks=False)
+    other = {**cfg, "tokenizer": {**cfg["tokenizer"], "vocab_size": 999}}
+    check_config(other, check_benchmark_tasks=False)

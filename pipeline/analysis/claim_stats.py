@@ -1,0 +1,477 @@
+"""What each registered claim computes (pipeline/analysis/claims.py holds the records): the rows of a
+study it reads and its estimates, one per setting, each with its verdict by the claim's rule."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from pipeline.analysis.evidence import (
+    CONTRADICTED,
+    NOT_ESTABLISHED,
+    P_U,
+    SEED,
+    SUPPORTED,
+    Estimate,
+    NoRows,
+    mean_difference,
+    rank_correlation,
+    trend,
+    u_fit,
+    u_note,
+    ushape,
+)
+from pipeline.analysis.stats import deltas, fixed_rate_runs, tuned_table
+from pipeline.multimodal.config import VLM_TASKS
+
+if TYPE_CHECKING:
+    from pipeline.analysis.study_tables import StudyTables
+
+# --- rows -------------------------------------------------------------------------------------------
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(SEED)
+
+
+def _pretrain_ppl(t: StudyTables, modification: str | tuple) -> pd.DataFrame:
+    return t.metrics(
+        f"pre-training perplexity ({modification})",
+        modification=modification,
+        eval_data="pretrain",
+        metric="ppl",
+    )
+
+
+def _gaussian(t: StudyTables) -> pd.DataFrame:
+    return deltas(pd.concat([_pretrain_ppl(t, "none"), _pretrain_ppl(t, "gaussian")]), "ppl").dropna(
+        subset=["gamma"]
+    )
+
+
+def _finetuned(t: StudyTables, method: str = "sft") -> pd.DataFrame:
+    """Pre-training ppl rows of `method`'s fixed-rate runs (every seed that ran at every budget), with
+    Δ log against their base model."""
+    rows = pd.concat([_pretrain_ppl(t, "none"), _pretrain_ppl(t, method)])
+    return deltas(fixed_rate_runs(rows), "ppl").query("modification == @method")
+
+
+def _tuned(t: StudyTables, method: str = "sft") -> pd.DataFrame:
+    """Every metric of `method` at each checkpoint's tuned learning rate, one row per (checkpoint,
+    metric) with its seed mean: the study's own table (analysis/finetune_tuned.parquet, chosen by its
+    finetune.select_metric), else stats.tuned_table's default choice (in-domain validation ppl)."""
+    if (t.root / "analysis/finetune_tuned.parquet").is_file():
+        tuned = t.table("analysis/finetune_tuned.parquet")
+    else:
+        tuned = tuned_table(t.metrics(f"fine-tuning runs of {method}", modification=("none", method)))
+    tuned = tuned[tuned["modification"] == method]
+    if tuned.empty:
+        raise NoRows(f"no rows for the tuned runs of {method} in study {t.study!r}")
+    return tuned.rename(columns={"mean": "value"}).assign(seed=None)
+
+
+def _tuned_runs(t: StudyTables, method: str = "sft") -> pd.DataFrame:
+    """Every run of `method` at its checkpoint's tuned learning rate, each seed its own row (the
+    seeds at the tuned rate are the replicates where a study has one pre-training run)."""
+    chosen = _tuned(t, method)[
+        ["checkpoint", "task", "lambda_reg", "learning_rate", "base", "eval_data", "split", "metric"]
+    ]
+    runs = t.metrics(f"fine-tuning runs of {method}", modification=method)
+    keys = ["checkpoint", "task", "lambda_reg", "learning_rate", "eval_data", "split", "metric"]
+    return runs.merge(chosen, on=keys, how="inner")
+
+
+def _per(rows: pd.DataFrame, keys: list[str]) -> list[tuple[tuple, pd.DataFrame]]:
+    return [((k,) if not isinstance(k, tuple) else k, g) for k, g in rows.groupby(keys, sort=True)]
+
+
+def _lr(x: float) -> str:
+    return f"{x:.0e}".replace("e-0", "e-")
+
+
+# --- the Gaussian arm -------------------------------------------------------------------------------
+
+
+def base_improves(t: StudyTables) -> list[Estimate]:
+    rows = _pretrain_ppl(t, "none").assign(log_ppl=lambda r: np.log(r["value"]))
+    return [trend(g, "log_ppl", f"{m}", -1, _rng()) for (m,), g in _per(rows, ["model"])]
+
+
+def gaussian_sensitivity(t: StudyTables) -> list[Estimate]:
+    return [
+        trend(g, "delta_log", f"γ = {gamma:g}", +1, _rng()) for (gamma,), g in _per(_gaussian(t), ["gamma"])
+    ]
+
+
+def gaussian_overtraining(t: StudyTables) -> list[Estimate]:
+    d = _gaussian(t)
+    top = d["gamma"].max()
+    return [ushape(d[d["gamma"] == top], "value", f"γ = {top:g}")]
+
+
+def gaussian_earlier(t: StudyTables) -> list[Estimate]:
+    """The two largest γ's minima: supported when the largest γ's interval lies wholly below the
+    other's (fewer tokens), contradicted when wholly above; where either is open or missing, not
+    established."""
+    d = _gaussian(t)
+    gammas = sorted(d["gamma"].unique())[-2:]
+    if len(gammas) < 2:
+        raise NoRows("fewer than two γ")
+    (smaller, covered), (larger, _) = (u_fit(d[d["gamma"] == g], "value") for g in gammas)
+    if not (smaller.bounded and larger.bounded):
+        verdict = NOT_ESTABLISHED
+    elif larger.min_high < smaller.min_low:
+        verdict = SUPPORTED
+    elif larger.min_low > smaller.min_high:
+        verdict = CONTRADICTED
+    else:
+        verdict = NOT_ESTABLISHED
+    note = f"γ = {gammas[1]:g}: {u_note(larger)}; γ = {gammas[0]:g}: {u_note(smaller)}"
+    ratio = larger.min_tokens / smaller.min_tokens
+    return [
+        Estimate(
+            f"minimum at γ = {gammas[1]:g} / at γ = {gammas[0]:g}",
+            ratio,
+            math.nan,
+            math.nan,
+            covered,
+            verdict,
+            note,
+        )
+    ]
+
+
+# --- fine-tuning ------------------------------------------------------------------------------------
+
+
+def finetune_sensitivity(t: StudyTables) -> list[Estimate]:
+    return [
+        trend(g, "delta_log", f"{task}, LR {_lr(lr)}", +1, _rng())
+        for (task, lr), g in _per(_finetuned(t), ["task", "learning_rate"])
+    ]
+
+
+def finetune_overtraining(t: StudyTables) -> list[Estimate]:
+    settings = _per(_finetuned(t), ["task", "learning_rate"])
+    level = 1 - (1 - P_U) / len(settings)
+    return [ushape(g, "value", f"{task}, LR {_lr(lr)}", level) for (task, lr), g in settings]
+
+
+def tuned_overtraining(t: StudyTables) -> list[Estimate]:
+    tuned = _tuned_runs(t)
+    pre = tuned[(tuned["eval_data"] == "pretrain") & (tuned["metric"] == "ppl")]
+    settings = _per(pre, ["task"])
+    level = 1 - (1 - P_U) / len(settings)
+    return [ushape(g, "value", f"{task}", level) for (task,), g in settings]
+
+
+def tuned_in_domain(t: StudyTables) -> list[Estimate]:
+    tuned = _tuned_runs(t)
+    test = tuned[
+        (tuned["eval_data"] == tuned["task"]) & (tuned["split"] == "test") & (tuned["metric"] == "ppl")
+    ]
+    return [
+        trend(g.assign(log_ppl=np.log(g["value"])), "log_ppl", f"{task}", -1, _rng())
+        for (task,), g in _per(test, ["task"])
+    ]
+
+
+def optimal_lr_falls(t: StudyTables) -> list[Estimate]:
+    tuned = _tuned(t).drop_duplicates(["checkpoint", "task"])
+    rows = tuned.assign(value=np.log10(tuned["learning_rate"]))
+    return [trend(g, "value", f"{task}", -1, _rng()) for (task,), g in _per(rows, ["task"])]
+
+
+# --- the data ---------------------------------------------------------------------------------------
+
+MAX_UNSEEN = 0.001  # pipeline/data/manifest.py's target
+
+
+def _check(label: str, value: float, ok: bool, n: str, note: str = "") -> Estimate:
+    return Estimate(label, value, math.nan, math.nan, n, SUPPORTED if ok else CONTRADICTED, note)
+
+
+def tokens_covered(t: StudyTables) -> list[Estimate]:
+    cov = t.table("data/token_coverage.parquet")
+    return [
+        _check(
+            f"{r.task}/{r.split}",
+            r.unseen_share,
+            r.unseen_share <= MAX_UNSEEN,
+            f"{r.tokens:,} tokens",
+            f"{r.unseen_ids} ids unseen",
+        )
+        for r in cov.itertuples()
+    ]
+
+
+def no_repeated_data(t: StudyTables) -> list[Estimate]:
+    runs = t.table("analysis/pretrain_runs.parquet")
+    top = runs.loc[runs["epochs"].idxmax()]
+    return [
+        _check(
+            "largest epochs of any run",
+            float(top["epochs"]),
+            bool(runs["epochs"].max() <= 1.0),
+            f"{len(runs)} runs",
+            f"at {top['budget']:,.0f} tokens, seed {top['pretrain_seed']}",
+        )
+    ]
+
+
+def tasks_start_below_uniform(t: StudyTables) -> list[Estimate]:
+    runs = t.table("analysis/pretrain_runs.parquet")
+    if "vocab_size" not in runs or runs["vocab_size"].isna().all():
+        raise NoRows(f"no rows for the vocabulary size (pre-training runs) of study {t.study!r}")
+    vocab = float(runs["vocab_size"].max())
+    base = t.metrics(
+        "in-domain perplexity of the base models", modification="none", split="test", metric="ppl"
+    )
+    base = base[base["eval_data"] == base["task"]]
+    first = base[base["budget"] == base["budget"].min()]
+    return [
+        _check(
+            f"{task}",
+            float(g["value"].max()),
+            bool(g["value"].max() < vocab),
+            f"{len(g)} checkpoint(s) at {g['budget'].iloc[0]:,.0f} tokens",
+            f"uniform guess: {vocab:g}",
+        )
+        for task, g in first.groupby("task", sort=True)
+    ]
+
+
+# --- fine-tuning methods ----------------------------------------------------------------------------
+
+
+def lora_overtraining(t: StudyTables) -> list[Estimate]:
+    tuned = _tuned_runs(t, "lora")
+    pre = tuned[(tuned["eval_data"] == "pretrain") & (tuned["metric"] == "ppl")]
+    return [ushape(g, "value", f"{task}") for (task,), g in _per(pre, ["task"])]
+
+
+def _tuned_pretrain(t: StudyTables, method: str) -> pd.Series:
+    tuned = _tuned(t, method)
+    pre = tuned[(tuned["eval_data"] == "pretrain") & (tuned["metric"] == "ppl")]
+    return pre.set_index(["task", "checkpoint"])["value"]
+
+
+def replay_forgets_less(t: StudyTables) -> list[Estimate]:
+    sft, replay = _tuned_pretrain(t, "sft"), _tuned_pretrain(t, "replay")
+    pairs = np.log(replay).sub(np.log(sft)).dropna()
+    return [
+        mean_difference(
+            g.to_numpy(), f"{task}", -1, _rng(), f"{len(g)} checkpoints, at each method's tuned rate"
+        )
+        for task, g in pairs.groupby(level="task", sort=True)
+    ]
+
+
+def wise_ft_forgets_less(t: StudyTables, alpha: float = 0.5) -> list[Estimate]:
+    rows = t.metrics("WiSE-FT rows", eval_data="pretrain", metric="wise_ppl")
+    a = rows["extra"].map(lambda e: json.loads(e).get("wise_alpha"))
+    keys = ["task", "modification", "checkpoint", "learning_rate", "lambda_reg", "seed"]
+    mid = rows[a == alpha].set_index(keys)["value"]
+    full = rows[a == 1.0].set_index(keys)["value"]
+    pairs = np.log(mid).sub(np.log(full)).dropna()
+    if pairs.empty:
+        raise NoRows(f"no rows for WiSE-FT at α = {alpha} and 1 in study {t.study!r}")
+    return [
+        mean_difference(g.to_numpy(), f"{method}", -1, _rng(), f"{len(g)} runs (every checkpoint and rate)")
+        for method, g in pairs.groupby(level="modification", sort=True)
+    ]
+
+
+# --- linearization, the NTK and sharpness ------------------------------------------------------------
+
+KAPPA_SCALE = 0.01  # σ = 0.01 tr K / n: the middle of curvature.ntk_sigma_scales
+
+
+def gap_grows(t: StudyTables) -> list[Estimate]:
+    rows = fixed_rate_runs(
+        t.metrics("linearization gap", modification="sft", eval_data="pretrain", metric="lin_gap")
+    )
+    rows = rows.assign(log_gap=np.log(rows["value"]))
+    return [
+        trend(g, "log_gap", f"{task}, LR {_lr(lr)}", +1, _rng())
+        for (task, lr), g in _per(rows, ["task", "learning_rate"])
+    ]
+
+
+def sharpness_grows(t: StudyTables) -> list[Estimate]:
+    rows = t.metrics("Hessian trace", modification="none", metric="hessian_trace")
+    return [
+        trend(g.assign(log_tr=np.log(g["value"])), "log_tr", f"{m}", +1, _rng())
+        for (m,), g in _per(rows, ["model"])
+    ]
+
+
+def _kappa(t: StudyTables) -> pd.Series:
+    rows = t.metrics("NTK condition numbers", modification="none", metric="ntk_kappa")
+    scale = rows["extra"].map(lambda e: json.loads(e).get("sigma_scale"))
+    rows = rows[np.isclose(scale.astype(float), KAPPA_SCALE)]
+    if rows.empty:
+        raise NoRows(f"no rows for the NTK κ at σ scale {KAPPA_SCALE} in study {t.study!r}")
+    return rows.set_index(["eval_data", "checkpoint"])["value"]
+
+
+def _ntk_pairs(t: StudyTables, y: pd.Series, what: str, sign: int) -> list[Estimate]:
+    kappa = _kappa(t)
+    out = []
+    for task in sorted(set(kappa.index.get_level_values(0)) & set(y.index.get_level_values(0))):
+        xs, ys = kappa.loc[task].align(y.loc[task], join="inner")
+        n = f"{len(xs)} checkpoints (budgets x pre-training seeds)"
+        out.append(
+            rank_correlation(np.log(xs.to_numpy()), ys.to_numpy(), f"{task}: κ vs {what}", sign, _rng(), n)
+        )
+    if not out:
+        raise NoRows(f"no rows for a task with both the NTK and {what} in study {t.study!r}")
+    return out
+
+
+def kappa_in_domain(t: StudyTables) -> list[Estimate]:
+    tuned = _tuned(t)
+    test = tuned[
+        (tuned["eval_data"] == tuned["task"]) & (tuned["split"] == "test") & (tuned["metric"] == "ppl")
+    ]
+    return _ntk_pairs(
+        t, np.log(test.set_index(["task", "checkpoint"])["value"]), "in-domain test log ppl", +1
+    )
+
+
+def kappa_forgetting(t: StudyTables) -> list[Estimate]:
+    tuned = _tuned(t)
+    pre = tuned[(tuned["eval_data"] == "pretrain") & (tuned["metric"] == "ppl")]
+    forgetting = np.log(pre["value"] / pre["base"])
+    return _ntk_pairs(
+        t,
+        pd.Series(forgetting.to_numpy(), index=pd.MultiIndex.from_frame(pre[["task", "checkpoint"]])),
+        "Δ log pre-training ppl",
+        +1,
+    )
+
+
+# --- LLaVA ------------------------------------------------------------------------------------------
+
+
+def vlm_above_chance(t: StudyTables, level: str = "majority") -> list[Estimate]:
+    """Per LLaVA task: the tuned VLM score of each (checkpoint, seed) minus the `level` chance score of
+    the study's evaluation sets (data/vlm/data.json's `chance`)."""
+    path = t.root / "data/vlm/data.json"
+    if not path.is_file():
+        raise NoRows(f"no rows for data/vlm/data.json of study {t.study!r}")
+    chance = json.loads(path.read_text()).get("chance") or {}
+    if level not in chance or "vlm_score" not in chance[level]:
+        raise NoRows(f"no rows for the {level} chance score in data/vlm/data.json of study {t.study!r}")
+    runs = _vlm_runs(t)
+    score = runs[(runs["metric"] == "vlm_score")]
+    if score.empty:
+        raise NoRows(f"no rows for the VLM score in study {t.study!r}")
+    floor = float(chance[level]["vlm_score"])
+    return [
+        mean_difference(
+            (g["value"] - floor).to_numpy(),
+            f"{task} (chance {floor:.1f})",
+            +1,
+            _rng(),
+            f"{len(g)} (checkpoint, seed) runs at the tuned rate",
+        )  # fmt: skip
+        for (task,), g in _per(score, ["task"])
+    ]
+
+
+def _vlm_runs(t: StudyTables) -> pd.DataFrame:
+    """LLaVA's stage-2 runs at their tuned rate (a study's text tasks are not the VLM's)."""
+    runs = _tuned_runs(t)
+    runs = runs[runs["task"].isin(VLM_TASKS)]
+    if runs.empty:
+        raise NoRows(f"no rows for LLaVA's stage 2 ({', '.join(VLM_TASKS)}) in study {t.study!r}")
+    return runs
+
+
+def vlm_forgetting_grows(t: StudyTables) -> list[Estimate]:
+    runs = _vlm_runs(t)
+    pre = runs[(runs["eval_data"] == "pretrain") & (runs["metric"] == "ppl")]
+    pre = pre.assign(delta_log=np.log(pre["value"] / pre["base"]))
+    return [trend(g, "delta_log", f"{task}", +1, _rng()) for (task,), g in _per(pre, ["task"])]
+
+
+# --- theory -----------------------------------------------------------------------------------------
+
+
+def theory_inflection(t: StudyTables) -> list[Estimate]:
+    """Per (spectrum or task, γ or λ): the share of seeds whose closed-form inflection of the real
+    initialisation equals Proposition 4.3's / Theorem 4.7's prediction."""
+    m = t.table("theory/metrics.parquet")
+    keys = ["checkpoint", "task", "modification", "gamma", "lambda_reg"]
+    estimator = m["extra"].map(lambda e: json.loads(e).get("estimator"))
+    init = m["extra"].map(lambda e: json.loads(e).get("init"))
+    theory = (m["metric"] == "predicted_inflection_n") & estimator.isin([None, "closed_form"])
+    predicted = m[theory].drop_duplicates(keys).set_index(keys)["value"]
+    # the perturbation's expected loss in closed form, the fine-tuning's simulated runs
+    observed = ((estimator == "closed_form") & (init == "real")) | (estimator == "simulation")
+    sim = m[(m["metric"] == "inflection_n") & observed]
+
+    if predicted.empty or sim.empty:
+        raise NoRows(f"no rows for the theory track's inflections in study {t.study!r}")
+    sim = sim.join(predicted.rename("predicted"), on=keys)
+    out = []
+    for (what, mod), g in sim.groupby(["checkpoint", "modification"], sort=True):
+        agree = (g["value"] == g["predicted"]).to_numpy()
+        settings = g.groupby(["gamma", "lambda_reg"], dropna=False).ngroups
+        n = f"{len(g)} (setting, seed) pairs: {settings} settings x {g['seed'].nunique()} seeds"
+        label = f"{what}, {'perturbation' if mod == 'gaussian' else 'fine-tuning'}"
+        verdict = SUPPORTED if agree.all() else (CONTRADICTED if agree.mean() < 0.5 else NOT_ESTABLISHED)
+        out.append(
+            Estimate(
+                label, float(agree.mean()), math.nan, math.nan, n, verdict, f"{int((~agree).sum())} disagree"
+            )
+        )
+    return out
+
+
+# a grid point of the transfer table: what a simulated mean and its closed form share
+POINT = ["paper", "experiment", "variant", "method", "metric", "depth", "d", "n", "theta", "sigma", "ridge"]
+POINT += ["target_norm", "pretrain_time", "features"]
+
+
+def z_scores(df: pd.DataFrame) -> pd.DataFrame:
+    """Every simulated mean of theory/transfer.parquet next to its exact closed form (same grid point),
+    with z = Δ/SE (deterministic runs, with no standard error, get z = 0 where they agree to 1e-12 and
+    inf where they do not)."""
+    sim = df[(df["estimator"] == "simulation") & df["risk_se"].notna()]
+    cf = df[(df["estimator"] == "closed_form") & (df["limit"] == "exact")]
+    m = sim.merge(cf[[*POINT, "risk"]], on=POINT, suffixes=("", "_cf"))
+    diff = m["risk"] - m["risk_cf"]
+    se = m["risk_se"].fillna(0.0)
+    exact_zero = (se == 0) & (diff.abs() <= 1e-12 * (1 + m["risk_cf"].abs()))
+    return m.assign(z=np.where(se > 0, diff / se.where(se > 0, 1.0), np.where(exact_zero, 0.0, np.inf)))
+
+
+def transfer_exact(t: StudyTables) -> list[Estimate]:
+    """Per paper: the largest |z| of its simulated means against their exact closed forms, against
+    the two-sided Bonferroni bound at 5% over its m means."""
+    from scipy.stats import norm
+
+    z = z_scores(t.table("theory/transfer.parquet"))
+    out = []
+    for paper, g in z.groupby("paper", sort=True):
+        bound = float(norm.ppf(1 - 0.025 / len(g)))
+        top = float(g["z"].abs().max())
+        verdict = SUPPORTED if top <= bound else CONTRADICTED
+        out.append(
+            Estimate(
+                f"{paper}",
+                top,
+                math.nan,
+                math.nan,
+                f"{len(g):,} simulated means",
+                verdict,
+                f"bound {bound:.2f}",
+            )
+        )
+    return out
