@@ -225,8 +225,14 @@ def vlm_stage1_params(config):
     return multimodal.stage1_params(config)
 
 
-def vlm_stage2_params(config):
-    return multimodal.stage2_params(config)
+def text_task_params(wildcards):
+    """A text task's record (pipeline/tasks/text.py TextTaskSpec)."""
+    return targets.text_task_params(config, wildcards.task)
+
+
+def vlm_task_params(wildcards):
+    """A LLaVA task's record, its execution settings aside (pipeline/tasks/llava.py LlavaTaskSpec)."""
+    return multimodal.stage2_task_params(config, wildcards)
 
 
 def vlm_tower_tokenizer(wildcards):

@@ -159,9 +159,7 @@ def test_run_configs_build_the_same_loop_config():
     )
     assert pt.train_config(100, "cuda").precision == "bf16-mixed"  # null precision: by device
     assert (
-        PretrainConfig(128, 16, 3e-2, [0.9, 0.95], 0.1, 0.1, warmup_steps=5)
-        .train_config(100)
-        .warmup_fraction
+        PretrainConfig(128, 16, 3e-2, [0.9, 0.95], 0.1, 0.1, warmup_steps=5).train_config(100).warmup_fraction
         == 0.05
     )
     ft = FinetuneConfig(warmup_steps=20, schedule="constant")
