@@ -348,7 +348,7 @@ def kit_study_config(args, device: torch.device) -> dict:
     from gpu_kit_data import kit_config
     from snakemake.utils import update_config
 
-    from pipeline.workflow.config import load_schema, validate_config
+    from pipeline.workflow.schema import load_schema, validate_config
 
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     update_config(config, kit_config(args.data, device.type))

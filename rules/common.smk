@@ -239,8 +239,8 @@ def vlm_tower_tokenizer(wildcards):
     return targets.vlm_tower_tokenizer(config, CHECKPOINTS)
 
 
-def check_lora(jobs):
-    cluster.check_lora_jobs(jobs, config, CHECKPOINTS)
+def check_methods(jobs):
+    cluster.check_method_jobs(jobs, config, CHECKPOINTS)
 
 
 def check_hub_revisions(jobs):

@@ -449,7 +449,7 @@ def test_table2_preset_and_config_overlay():
     # merged into the default config it is a valid config (what `--configfile config/instruct.yaml` runs)
     from snakemake.utils import update_config
 
-    from pipeline.workflow.config import load_schema, validate_config
+    from pipeline.workflow.schema import load_schema, validate_config
 
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     update_config(cfg, {"finetune": overlay})

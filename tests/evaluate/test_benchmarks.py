@@ -105,7 +105,7 @@ def test_registry_matches_the_task_yamls():
 
 def test_schema_takes_the_local_suite_from_the_registry():
     """eval.benchmarks.tasks (source local) is the registry's suite, filled in when the schema loads."""
-    from pipeline.workflow.config import load_schema
+    from pipeline.workflow.schema import load_schema
 
     raw = load_schema(ROOT / "config" / "schema.yaml", registries=False)
     schema = load_schema(ROOT / "config" / "schema.yaml")
@@ -123,7 +123,7 @@ def test_the_settings_dataclass_owns_the_defaults():
     """eval.benchmarks: the schema types each key of BenchmarkSettings and defaults none of them."""
     from dataclasses import fields
 
-    from pipeline.workflow.config import load_schema
+    from pipeline.workflow.schema import load_schema
 
     props = load_schema(ROOT / "config" / "schema.yaml")["properties"]["eval"]["properties"]["benchmarks"]
     assert set(props["properties"]) == {f.name for f in fields(R.BenchmarkSettings)}

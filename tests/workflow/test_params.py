@@ -21,7 +21,7 @@ from pipeline.train.config import (
     hyperparameters,
     method_fields,
 )
-from pipeline.workflow.config import ConfigError, check_config, load_schema, validate_config
+from pipeline.workflow.config import check_config
 from pipeline.workflow.params import (
     UNNUMBERED,
     curvature_finetune_params,
@@ -31,6 +31,7 @@ from pipeline.workflow.params import (
     provenance_config,
     task_base_params,
 )
+from pipeline.workflow.schema import ConfigError, load_schema, validate_config
 
 SCHEMA = load_schema(ROOT / "config" / "schema.yaml")
 SECTIONS = {"pretrain": PretrainConfig, "finetune": FinetuneConfig, "curvature": CurvatureConfig}

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.theory import linear_teachers as lt
-from pipeline.theory.deep_linear import balanced_init, gradient_descent, sample_grad
-from pipeline.theory.one_layer import lt_alignment_risk
-from pipeline.theory.transfer_runs import (
+from pipeline.theory.transfer import linear_teachers as lt
+from pipeline.theory.transfer.deep_linear import balanced_init, gradient_descent, sample_grad
+from pipeline.theory.transfer.one_layer import lt_alignment_risk
+from pipeline.theory.transfer.runs import (
     LT,
     cf_rows,
     design_step,
