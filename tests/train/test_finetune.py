@@ -365,6 +365,7 @@ def test_finetuned_models_are_scored_on_benchmarks(study_files, tmp_path):
     from pipeline.analysis.benchmark_figures import benchmark_scores, plot_benchmarks
     from pipeline.evaluate.benchmark_registry import BenchmarkSettings, benchmark_config
     from pipeline.sweeps.benchmark_grid import benchmark_grid
+    from pipeline.sweeps.cells import Grid
 
     bench = {
         **benchmark_config({"tasks": ["copa"], "limit": 4, "num_fewshot": 0}),
@@ -379,7 +380,9 @@ def test_finetuned_models_are_scored_on_benchmarks(study_files, tmp_path):
         for lr in (1e-3, 1e-2)
         for r in run(study_files, "book", lr=lr, cfg=short, suite=BenchmarkSettings(**bench))
     ]
-    rows += benchmark_grid(study_files["spec"], study_files["ckpt"], bench, [], [], "t", tmp_path / "cells")
+    rows += benchmark_grid(
+        Grid(study_files["spec"], study_files["ckpt"], [], [], "t", tmp_path / "cells"), bench
+    )
     rows += task_base_rows(
         study_files["spec"], study_files["ckpt"], study_files["dir"] / "book.parquet", "book", short, "t"
     )
