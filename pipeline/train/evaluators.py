@@ -6,7 +6,9 @@ evaluator turns the trained run into metric rows. They run in four groups, in or
   the task's own rows (LLaVA: its benchmarks);
 - on the language model the task hands over (LLaVA's: the one inside, its own embedding rows): the
   pre-training perplexity, the lm-eval suite, the responses for the judged metric;
-- on the master weights again: WiSE-FT's interpolations and the linearization gap.
+- on the master weights again: WiSE-FT's interpolations, the linearization gap, and last the
+  curvature stage's line along θ_ft − θ_pre (Appendix D: its own table, no metric rows; it leaves
+  the model at θ_pre).
 
 Every evaluation of the model runs on one whole model (`placement.whole`: the model itself when it
 already is that, else a copy gathered on every rank), so a fine-tuned-minus-base difference holds no
@@ -24,6 +26,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from pipeline.curvature.linearization import GAP_METRICS, finetuned_gap
+from pipeline.curvature.lines import write_lines
+from pipeline.curvature.stage import finetune_line
 from pipeline.evaluate.benchmarks import configured_rows, eval_configured
 from pipeline.evaluate.generation import write_responses
 from pipeline.evaluate.perplexity import EVAL_METRICS, eval_perplexity
@@ -162,6 +166,13 @@ def wise(t: Trained) -> list[dict]:
     return rows
 
 
+def real(run: Run) -> None:
+    """A linearized run's model gets its real forward back (what the gap and the line look at)."""
+    if run.unlinearize is not None:
+        run.unlinearize()
+        run.unlinearize = None
+
+
 def linearization_gap(t: Trained) -> list[dict]:
     """The linearization gap along θ_ft − θ_pre (pipeline/curvature/linearization.py) on the held-out
     pre-training windows and the task's own held-out windows (`FinetuneTask.gap_data`): metrics
@@ -169,9 +180,7 @@ def linearization_gap(t: Trained) -> list[dict]:
     unlinearized first), θ_pre of the trained parameters whole beside it (a sharded job gathers both
     on every rank, each computing the same rows)."""
     run, placement = t.run, t.placement
-    if run.unlinearize is not None:
-        run.unlinearize()
-        run.unlinearize = None
+    real(run)
     t0 = time.perf_counter()
     sets = {("pretrain", t.job.corpus.split): t.pretrain_data}
     sets |= {(run.task.name, s): d for s, d in run.task.gap_data(run.evals).items()}
@@ -193,6 +202,28 @@ def linearization_gap(t: Trained) -> list[dict]:
     ]
 
 
+def curvature_line(t: Trained) -> list[dict]:
+    """The held-out pre-training loss along θ_ft − θ_pre beside its quadratic prediction
+    (pipeline/curvature/stage.py, Appendix D), from the two models the job holds (no second load),
+    written to the job's line table; no metric rows. The model must be whole in this process."""
+    run, job = t.run, t.job
+    real(run)
+    t0 = time.perf_counter()
+    rows = finetune_line(
+        run.model,
+        run.tokenizer,
+        run.reference,
+        job.corpus.path,
+        job.corpus.settings(),
+        job.curvature,
+        job.identity(),
+        job.spec.name,
+    )
+    write_lines(job.line_path, rows)
+    log.info("curvature line along θ_ft − θ_pre: %d points in %.1f s", len(rows), time.perf_counter() - t0)
+    return []
+
+
 @dataclass(frozen=True)
 class Evaluators:
     """The evaluations of one job, by group (module docstring), in order."""
@@ -206,7 +237,8 @@ class Evaluators:
 def evaluators(job: FinetuneJob) -> Evaluators:
     """The evaluations the job's settings select: always ‖θ_ft − θ_pre‖₂, the in-domain metrics, the
     task's rows and the pre-training perplexity; the suite with benchmark tasks, the responses with
-    the judged metric, WiSE-FT with its αs, the gap with its tokens."""
+    the judged metric, WiSE-FT with its αs, the gap with its tokens, the line with the curvature
+    stage."""
     cfg = job.cfg
     return Evaluators(
         before=(distance,),
@@ -215,5 +247,6 @@ def evaluators(job: FinetuneJob) -> Evaluators:
         + ((suite,) if job.suite is not None and job.suite.tasks else ())
         + ((responses,) if job.generation is not None else ()),
         after=((wise,) if cfg.wise_ft_alphas else ())
-        + ((linearization_gap,) if cfg.linearization_tokens else ()),
+        + ((linearization_gap,) if cfg.linearization_tokens else ())
+        + ((curvature_line,) if job.curvature is not None else ()),
     )

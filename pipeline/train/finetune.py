@@ -143,6 +143,11 @@ def set_up(job: FinetuneJob, placement: Whole) -> Run:
     if not placement.holds_whole_model and cfg.whole_model_keys():
         keys = ", ".join(cfg.whole_model_keys())
         raise ValueError(f"{keys}: needs the whole model in one process; set finetune.ranks to 1")
+    if not placement.holds_whole_model and job.curvature is not None:
+        raise ValueError(
+            "the curvature stage's line along θ_ft − θ_pre needs the whole model in one process: "
+            "not in a sharded fine-tuning job (finetune.ranks > 1)"
+        )
     task = job.task.open()
     task.prepare(job.spec, job.path)
     model, tokenizer = placement.load(
@@ -284,9 +289,6 @@ def evaluate_run(
         whole = run.task.language_model(whole)  # the task's LM (LLaVA: the one inside, handed over)
         rows += [r for e in chosen.on_language_model for r in e(done, whole)]
     rows += [r for e in chosen.after for r in e(done)]
-    if run.unlinearize is not None:  # the curvature line looks at the real model at θ
-        run.unlinearize()
-        run.unlinearize = None
     log.info(
         "done: ID %s | %.0f s training",
         " ".join(f"{split} ppl {res['ppl']:.3f}" for split, res in done.ident.items()),
@@ -295,22 +297,13 @@ def evaluate_run(
     return rows
 
 
-def finetune_run(
-    job: FinetuneJob,
-    placement: Whole = WHOLE,
-    after: Callable[[torch.nn.Module, object, dict[str, torch.Tensor]], None] | None = None,
-) -> list[dict]:
+def finetune_run(job: FinetuneJob, placement: Whole = WHOLE) -> list[dict]:
     """Fine-tune, pick the best epoch on ID validation, evaluate; tidy metric rows (the same on
-    every rank). Phases: `set_up`, `train_run`, `evaluate_run`, then `after`.
+    every rank). Phases: `set_up`, `train_run`, `evaluate_run`.
 
     job.device is the device itself (`cpu`, `cuda:0`), resolved by the entry point.
-    after: called last, once every row is computed, as after(model at θ_ft, tokenizer, θ_pre by
-    name), e.g. the curvature stage's line along θ_ft − θ_pre (both in memory: no second load); it
-    may modify the model. Only where the placement holds the whole model.
     Returns [] when the job stops as if killed (`job.stop_after`); its resume files stay.
     """
-    if after is not None and not placement.holds_whole_model:
-        raise ValueError(f"{type(placement).__name__}: `after` needs the whole model in one process")
     run = set_up(job, placement)
     result, best = train_run(run, job, placement)
     if job.stop_after is not None and result.steps_done < run.total and not result.diverged:
@@ -321,6 +314,4 @@ def finetune_run(
     rows = evaluate_run(run, job, result, best, placement)
     resume.remove(Path(job.state_dir) / "train", placement.ranks)
     best.remove()
-    if after is not None:
-        after(run.model, run.tokenizer, run.reference)
     return rows

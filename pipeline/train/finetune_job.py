@@ -91,27 +91,18 @@ class FinetuneJob:
 
 
 def execute(job: FinetuneJob, placement) -> list[dict]:
-    """Fine-tune and evaluate (pipeline.train.finetune.finetune_run), then, where the placement
-    holds the whole model, the curvature line; rank 0 writes the metric rows and the line's rows.
-    Returns the metric rows (the same on every rank; [] when stopped as if killed)."""
+    """Fine-tune and evaluate (pipeline.train.finetune.finetune_run); rank 0 writes the metric rows
+    (and, with the curvature stage off, the empty line table the rule declares). Returns the metric
+    rows (the same on every rank; [] when stopped as if killed)."""
     from pipeline.curvature.lines import write_lines
-    from pipeline.curvature.stage import FinetuneLine
     from pipeline.tables import write_metrics
     from pipeline.train.finetune import finetune_run
 
-    line = None
-    if job.curvature is not None:
-        if not placement.holds_whole_model:
-            raise ValueError(
-                "the curvature stage's line along θ_ft − θ_pre needs the whole model in one process: "
-                "not in a sharded fine-tuning job (finetune.ranks > 1)"
-            )
-        line = FinetuneLine(job.curvature, job.corpus.path, job.corpus.settings(), job.identity())
-    rows = finetune_run(job, placement, after=line)
+    rows = finetune_run(job, placement)
     if placement.ranks.main:
         write_metrics(job.metrics_path, rows)
-        if job.line_path is not None:
-            write_lines(job.line_path, line.rows if line is not None else [])
+        if job.line_path is not None and job.curvature is None:
+            write_lines(job.line_path, [])
     return rows
 
 

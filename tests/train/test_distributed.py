@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipeline.curvature.config import CurvatureConfig
 from pipeline.data.heldout import PretrainCorpus
 from pipeline.evaluate.benchmark_registry import BenchmarkSettings
 from pipeline.tasks.text import TextTaskSpec
@@ -107,7 +108,7 @@ def test_one_rank_under_torchrun_is_the_sharded_path_and_the_curvature_line_is_r
     want, got = figures(single), figures(pd.read_parquet(one.metrics_path))
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-5), key
-    curved = dataclasses.replace(one, curvature={"max_tokens": 64}, stop_after=None)
+    curved = dataclasses.replace(one, curvature=CurvatureConfig(max_tokens=64), stop_after=None)
     with pytest.raises(RuntimeError, match="1-rank job"):
         run_on_ranks(dataclasses.replace(curved, ranks=1), tmp_path / "curved.json")
 

@@ -54,8 +54,8 @@ def finetune_job(files, task, lr=3e-3, lam=0.0, seed=0, cfg=CFG, state=None, **k
     )
 
 
-def run(files, task, lr=3e-3, lam=0.0, seed=0, cfg=CFG, state=None, after=None, **kw):
-    return finetune_run(finetune_job(files, task, lr, lam, seed, cfg, state, **kw), after=after)
+def run(files, task, lr=3e-3, lam=0.0, seed=0, cfg=CFG, state=None, **kw):
+    return finetune_run(finetune_job(files, task, lr, lam, seed, cfg, state, **kw))
 
 
 def frame(rows) -> pd.DataFrame:
