@@ -21,7 +21,7 @@ from pipeline.evaluate.generation_config import Responses  # noqa: TC001
 from pipeline.models.checkpoints import CheckpointSpec  # noqa: TC001
 from pipeline.records import from_dict
 from pipeline.runtime import pick_device, set_threads, setup_rank_logging
-from pipeline.tasks.registry import TaskSpec  # noqa: TC001
+from pipeline.tasks.registry import SPECS, TaskSpec  # noqa: TC001
 from pipeline.train.config import FinetuneConfig  # noqa: TC001
 from pipeline.train.launch import run_on_ranks as launch
 from pipeline.train.memory import GpuSettings  # noqa: TC001
@@ -87,7 +87,15 @@ class FinetuneJob:
 
     @classmethod
     def from_json(cls, text: str) -> FinetuneJob:
-        return from_dict(cls, json.loads(text))
+        """The record `to_json` wrote; its task record's type from the registry, by its `kind`."""
+        d = json.loads(text)
+        kind = d["task"].get("kind")
+        if kind not in SPECS:
+            raise ValueError(
+                f"job record: task kind {kind!r} is not one of {sorted(SPECS)} (pipeline/tasks/registry.py)"
+            )
+        task = from_dict(SPECS[kind], d["task"])
+        return from_dict(cls, d | {"task": task})
 
 
 def execute(job: FinetuneJob, placement) -> list[dict]:
