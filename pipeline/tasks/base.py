@@ -10,16 +10,23 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
 
     from pipeline.models.checkpoints import CheckpointSpec
     from pipeline.ranks import Ranks
-    from pipeline.train.config import FinetuneConfig
 
 BatchFn = Callable[[int], dict]
+
+
+class Settings(Protocol):
+    """What a task reads of its run's settings (pipeline/train/config.py FinetuneConfig has them)."""
+
+    seq_len: int | None  # tokens of a training sequence (None: the model's context)
+    eval_batch_size: int
+    eval_max_tokens: int | None  # held-out documents (conversations) up to this many tokens
 
 
 class FinetuneTask(ABC):
@@ -40,7 +47,7 @@ class FinetuneTask(ABC):
     def adapt_tokenizer(self, tokenizer: Any) -> None:  # noqa: B027 (a hook)
         """The job's tokenizer as the task needs it (LLaVA: its image token)."""
 
-    def max_len(self, model: torch.nn.Module, cfg: FinetuneConfig) -> int:
+    def max_len(self, model: torch.nn.Module, cfg: Settings) -> int:
         """Tokens of a training sequence: finetune.seq_len, capped by the model's context."""
         ctx = context(model)
         return min(cfg.seq_len or ctx, ctx)
@@ -54,13 +61,11 @@ class FinetuneTask(ABC):
         """(batch_fn, steps per epoch) of `rows` rows of the training split per step."""
 
     @abstractmethod
-    def eval_data(self, tokenizer: Any, max_len: int, cfg: FinetuneConfig) -> dict[str, Any]:
+    def eval_data(self, tokenizer: Any, max_len: int, cfg: Settings) -> dict[str, Any]:
         """The held-out splits' data, by split (validation first)."""
 
     @abstractmethod
-    def evaluate(
-        self, model: torch.nn.Module, data: Any, tokenizer: Any, cfg: FinetuneConfig
-    ) -> dict[str, float]:
+    def evaluate(self, model: torch.nn.Module, data: Any, tokenizer: Any, cfg: Settings) -> dict[str, float]:
         """The in-domain metrics (`metrics`) of `model` on one split's data."""
 
     def gap_data(self, evals: dict[str, Any]) -> dict[str, Any]:

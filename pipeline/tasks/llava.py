@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from pipeline.models.checkpoints import CheckpointSpec
     from pipeline.ranks import Ranks
-    from pipeline.train.config import FinetuneConfig
+    from pipeline.tasks.base import Settings
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class LlavaTask(FinetuneTask):
     def adapt_tokenizer(self, tokenizer: Any) -> None:
         self.stage.prepare(tokenizer, self.stage.vocab_rows)  # the same image token as the model's
 
-    def max_len(self, model: torch.nn.Module, cfg: FinetuneConfig) -> int:
+    def max_len(self, model: torch.nn.Module, cfg: Settings) -> int:
         return self.stage.max_len(context(model))  # multimodal.max_length, not finetune.seq_len
 
     def frozen_parameters(self, model: torch.nn.Module) -> int:
@@ -79,12 +79,10 @@ class LlavaTask(FinetuneTask):
     def train_batches(self, tokenizer: Any, max_len: int, rows: int, seed: int) -> tuple[BatchFn, int]:
         return self.stage.train_batches(tokenizer, max_len, rows, seed)
 
-    def eval_data(self, tokenizer: Any, max_len: int, cfg: FinetuneConfig) -> dict[str, Any]:
+    def eval_data(self, tokenizer: Any, max_len: int, cfg: Settings) -> dict[str, Any]:
         return self.stage.eval_data(tokenizer, max_len, cfg.eval_batch_size)
 
-    def evaluate(
-        self, model: torch.nn.Module, data: Any, tokenizer: Any, cfg: FinetuneConfig
-    ) -> dict[str, float]:
+    def evaluate(self, model: torch.nn.Module, data: Any, tokenizer: Any, cfg: Settings) -> dict[str, float]:
         return self.stage.validation(model, data)
 
     def model_rows(self, model: torch.nn.Module, tokenizer: Any, common: dict, ranks: Ranks) -> list[dict]:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import torch
 
     from pipeline.data.task_items import Task
-    from pipeline.train.config import FinetuneConfig
+    from pipeline.tasks.base import Settings
 
 
 @dataclass(frozen=True)
@@ -53,9 +53,7 @@ class TextTask(FinetuneTask):
     def split(self, name: str) -> list:
         return split_of_task(self.task, name)
 
-    def evaluate(
-        self, model: torch.nn.Module, data: Any, tokenizer: Any, cfg: FinetuneConfig
-    ) -> dict[str, float]:
+    def evaluate(self, model: torch.nn.Module, data: Any, tokenizer: Any, cfg: Settings) -> dict[str, float]:
         return eval_task(model, data, tokenizer.pad_token_id, cfg.eval_batch_size)
 
     def _enough(self, n: int, rows: int) -> None:
@@ -76,7 +74,7 @@ class LMTask(TextTask):
         sampler, per_epoch = lm_sampler(tokenizer, self.split("train"), max_len, rows, seed, self.token_cache)
         return sampler.batch, per_epoch
 
-    def eval_data(self, tokenizer: Any, max_len: int, cfg: FinetuneConfig) -> dict[str, Any]:
+    def eval_data(self, tokenizer: Any, max_len: int, cfg: Settings) -> dict[str, Any]:
         return {
             s: lm_eval_set(tokenizer, self.split(s), max_len, cfg.eval_max_tokens)
             for s in ("validation", "test")
@@ -97,7 +95,7 @@ class ClassificationTask(TextTask):
         sampler = ExampleSampler(enc, rows, seed, tokenizer.pad_token_id)
         return sampler.batch, sampler.steps_per_epoch
 
-    def eval_data(self, tokenizer: Any, max_len: int, cfg: FinetuneConfig) -> dict[str, Any]:
+    def eval_data(self, tokenizer: Any, max_len: int, cfg: Settings) -> dict[str, Any]:
         return {s: encode_classification(tokenizer, self.split(s), max_len) for s in ("validation", "test")}
 
 
@@ -112,7 +110,7 @@ class ChatTask(TextTask):
         sampler = ChatSampler(enc, rows, seed, tokenizer.pad_token_id)
         return sampler.batch, sampler.steps_per_epoch
 
-    def eval_data(self, tokenizer: Any, max_len: int, cfg: FinetuneConfig) -> dict[str, Any]:
+    def eval_data(self, tokenizer: Any, max_len: int, cfg: Settings) -> dict[str, Any]:
         return {
             s: encode_chats(tokenizer, self.split(s), max_len, cfg.eval_max_tokens, f"{self.name}/{s}")
             for s in ("validation", "test")

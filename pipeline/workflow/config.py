@@ -280,7 +280,9 @@ def check_whole_model(config: dict, method: str) -> None:
 
 
 def finetune_ranks(config: dict) -> int:
-    """Processes of one fine-tuning job (FSDP2 under torchrun when > 1; one GPU each on CUDA; null: 1)."""
+    """Processes of one fine-tuning job as configured: finetune.ranks, or for null the count where
+    nothing is planned (1). With device cuda a null count is the memory planner's choice per
+    checkpoint (cluster.finetune_resources); the job's record holds the count it runs on."""
     return int(config["finetune"]["ranks"] or 1)
 
 
