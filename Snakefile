@@ -4,7 +4,7 @@ from pathlib import Path
 
 from snakemake.utils import min_version
 
-from pipeline.workflow.config import load_schema, validate_config
+from pipeline.workflow.schema import load_schema, validate_config
 
 min_version("9.0")
 
@@ -40,10 +40,11 @@ rule all:
 
 
 # Before any job starts: hub revisions exist (in the cache when offline); on a cluster, profile
-# placeholders and GPU requests; an endpoint judge answers; LoRA targets exist in each model. (Snakemake keeps one onstart handler:
-# every check lives here.)
+# placeholders and GPU requests; an endpoint judge answers; every fine-tuning method's LoRA targets
+# and parameter patterns exist in each model. (Snakemake keeps one onstart handler: every check
+# lives here.)
 onstart:
     check_hub_revisions(workflow.dag.needrun_jobs())
     check_cluster_jobs(workflow.dag.needrun_jobs(), getattr(workflow.executor_plugin, "name", None))
     check_judge(workflow.dag.needrun_jobs())
-    check_lora(workflow.dag.needrun_jobs())
+    check_methods(workflow.dag.needrun_jobs())

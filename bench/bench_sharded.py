@@ -17,6 +17,7 @@ usage: python bench/bench_sharded.py [--study results/ci-smoke] [--checkpoint ti
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -27,8 +28,10 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from pipeline.data.heldout import PretrainCorpus
 from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.ranks import SINGLE
+from pipeline.tasks.text import TextTaskSpec
 from pipeline.train.config import FinetuneConfig, execution, hyperparameters
 from pipeline.train.finetune_job import FinetuneJob, run_in_process, run_on_ranks
 from pipeline.train.launch import torchrun_command
@@ -63,10 +66,8 @@ def describe(args, cfg: FinetuneConfig, eval_cfg: dict, out: Path, name: str) ->
     return FinetuneJob(
         spec=spec,
         cfg=cfg,
-        task_name=args.task,
-        task_path=str(study / "data" / "tasks" / f"{args.task}.parquet"),
-        corpus_path=str(study / "data" / "corpus.parquet"),
-        eval_cfg=eval_cfg,
+        task=TextTaskSpec(args.task, str(study / "data" / "tasks" / f"{args.task}.parquet")),
+        corpus=PretrainCorpus(str(study / "data" / "corpus.parquet"), **eval_cfg),
         learning_rate=args.lr,
         lambda_reg=0.0,
         seed=0,
@@ -93,7 +94,6 @@ def measure_state(job_file: str) -> None:
     """(a torchrun worker, or this process) Train 2 steps; print this rank's state bytes as JSON."""
     import torch
 
-    from pipeline.data.encode import read_task
     from pipeline.models.loading import load_checkpoint
     from pipeline.train import finetune as ft
     from pipeline.train.distributed import init_ranks, shard_model
@@ -107,8 +107,7 @@ def measure_state(job_file: str) -> None:
     model, tokenizer, _, _ = load_checkpoint(spec, spec.path, device, dtype=torch.float32)
     if sharded:
         shard_model(model, cfg.precision or "fp32")
-    task = read_task(job.task_name, job.task_path)
-    batch_fn, _ = ft._train_data(task, tokenizer, cfg.seq_len or 64, cfg, 0)
+    batch_fn, _ = ft._train_data(job.task.open(), tokenizer, cfg.seq_len or 64, cfg, job)
     placement = Sharded(ranks) if sharded else Whole()
     result = train(
         model, batch_fn, cfg.train_config(2, 1e-3), micro_batch_size=cfg.micro_batch_size, placement=placement
@@ -146,7 +145,7 @@ def main() -> None:
         one = describe(args, cfg, eval_cfg, out, "one")
         many = describe(args, cfg, eval_cfg, out, "many")
         single = pd.DataFrame(run_in_process(one))
-        run_on_ranks(many, args.ranks, out / "job.json")
+        run_on_ranks(dataclasses.replace(many, ranks=args.ranks), out / "job.json")
         sharded = pd.read_parquet(many.metrics_path)
         print(
             f"\n{args.checkpoint} fine-tuned on {args.task}, {args.steps} steps of {cfg.batch_size} "

@@ -348,7 +348,7 @@ def kit_study_config(args, device: torch.device) -> dict:
     from gpu_kit_data import kit_config
     from snakemake.utils import update_config
 
-    from pipeline.workflow.config import load_schema, validate_config
+    from pipeline.workflow.schema import load_schema, validate_config
 
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     update_config(config, kit_config(args.data, device.type))
@@ -472,10 +472,14 @@ def step_torchrun(args, device: torch.device) -> dict:
     on one torchrun rank (NCCL on CUDA); then on that rank stopped as if killed and resumed."""
     import pandas as pd
 
+    from pipeline.data.heldout import PretrainCorpus
+    from pipeline.evaluate.benchmark_registry import BenchmarkSettings
     from pipeline.layout import TASK_TABLE, study_path
     from pipeline.models.checkpoints import sweep_checkpoints
+    from pipeline.tasks.text import TextTaskSpec
     from pipeline.train.config import FinetuneConfig, execution
     from pipeline.train.finetune_job import FinetuneJob, run_in_process, run_on_ranks
+    from pipeline.train.memory import GpuSettings
     from pipeline.workflow.config import eval_config
     from pipeline.workflow.params import finetune_bench, finetune_params
 
@@ -497,10 +501,10 @@ def step_torchrun(args, device: torch.device) -> dict:
         return FinetuneJob(
             spec=spec,
             cfg=cfg,
-            task_name=ft["tasks"][0],
-            task_path=str(ROOT / study_path(study, TASK_TABLE, task=ft["tasks"][0])),
-            corpus_path=str(ROOT / study_path(study, "data/corpus.parquet")),
-            eval_cfg=eval_config(config),
+            task=TextTaskSpec(ft["tasks"][0], str(ROOT / study_path(study, TASK_TABLE, task=ft["tasks"][0]))),
+            corpus=PretrainCorpus(
+                str(ROOT / study_path(study, "data/corpus.parquet")), **eval_config(config)
+            ),
             learning_rate=max(ft["learning_rates"]),
             lambda_reg=0.0,
             seed=0,
@@ -509,8 +513,8 @@ def step_torchrun(args, device: torch.device) -> dict:
             metrics_path=str(work / f"{name}.parquet"),
             path=str(ROOT / spec.path),
             device=device.type,
-            bench_cfg=finetune_bench(config),
-            gpu=config.get("gpu"),
+            suite=BenchmarkSettings(**finetune_bench(config)) if finetune_bench(config) else None,
+            gpu=GpuSettings(**config["gpu"]),
             **kw,
         )
 
@@ -518,15 +522,15 @@ def step_torchrun(args, device: torch.device) -> dict:
     single = job_figures(run_in_process(job("single")))
     t1 = time.perf_counter()
     ranked = job("rank")
-    run_on_ranks(ranked, 1, work / "rank.json")
+    run_on_ranks(ranked, work / "rank.json")
     on_rank = job_figures(pd.read_parquet(ranked.metrics_path).to_dict("records"))
     t2 = time.perf_counter()
     killed = job("resumed", stop_after=cfg.checkpoint_every * 2)
-    run_on_ranks(killed, 1, work / "killed.json")
+    run_on_ranks(killed, work / "killed.json")
     if not pd.read_parquet(killed.metrics_path).empty or not Path(killed.state_dir).is_dir():
         raise RuntimeError("the job stopped as if killed wrote rows or kept no resume state")
     resumed = replace(killed, stop_after=None)
-    run_on_ranks(resumed, 1, work / "resumed.json")
+    run_on_ranks(resumed, work / "resumed.json")
     after_resume = job_figures(pd.read_parquet(resumed.metrics_path).to_dict("records"))
     tol = 2e-2 if device.type == "cuda" else 1e-4  # bf16 compute: autocast (one process) vs FSDP2 casts
     acc_tol = 1 / config["eval"]["benchmarks"]["limit"] + 1e-9 if device.type == "cuda" else 0.0

@@ -48,7 +48,7 @@ NTK_PART = "curvature/{checkpoint}/ntk.parquet"  # the empirical NTK's metric ro
 CURVATURE_LINES = "curvature/lines.parquet"  # every line of the study
 CURVATURE_SUMMARY = "analysis/curvature_summary.parquet"  # one row per line
 THEORY_METRICS = "theory/metrics.parquet"
-THEORY_TRANSFER = "theory/transfer.parquet"  # the transfer stage's table (pipeline/theory/transfer_table.py)
+THEORY_TRANSFER = "theory/transfer.parquet"  # the transfer stage's table (pipeline/theory/transfer/table.py)
 # the judged instruction-following metric (Appendix B.3): the instruction set, each checkpoint's
 # responses before fine-tuning, and per judge and (checkpoint, task) every model's annotations
 # against the reference run, their metric rows, and the judge job's own annotation cache

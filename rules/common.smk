@@ -225,16 +225,22 @@ def vlm_stage1_params(config):
     return multimodal.stage1_params(config)
 
 
-def vlm_stage2_params(config):
-    return multimodal.stage2_params(config)
+def text_task_params(wildcards):
+    """A text task's record (pipeline/tasks/text.py TextTaskSpec)."""
+    return targets.text_task_params(config, wildcards.task)
+
+
+def vlm_task_params(wildcards):
+    """A LLaVA task's record, its execution settings aside (pipeline/tasks/llava.py LlavaTaskSpec)."""
+    return multimodal.stage2_task_params(config, wildcards)
 
 
 def vlm_tower_tokenizer(wildcards):
     return targets.vlm_tower_tokenizer(config, CHECKPOINTS)
 
 
-def check_lora(jobs):
-    cluster.check_lora_jobs(jobs, config, CHECKPOINTS)
+def check_methods(jobs):
+    cluster.check_method_jobs(jobs, config, CHECKPOINTS)
 
 
 def check_hub_revisions(jobs):

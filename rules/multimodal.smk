@@ -79,38 +79,25 @@ rule vlm_projector:
 
 # Stage 2: one job per (checkpoint, LLaVA task, method, learning rate, lambda, seed), from the
 # checkpoint's stage-1 projector; the same job as rule finetune's (scripts/finetune.py).
-rule vlm_finetune:
+use rule finetune as vlm_finetune with:
     input:
         checkpoint=checkpoint_dir,
         data=study_path(layout.VLM_DATA),
         tower=study_path(layout.VLM_TOWER),
         projector=study_path(layout.VLM_PROJECTOR),
-        corpus=study_path("data/corpus.parquet"),
-    output:
-        metrics=study_path(layout.FINETUNE_PART),
-        line=study_path(layout.FINETUNE_LINE_PART),
-    log:
-        study_path("logs/finetune/{checkpoint}/{task}/{method}/lr{lr}_lam{lam}_seed{seed}.log"),
-    benchmark:
-        study_path(layout.FINETUNE_BENCHMARK)
+        corpus=study_path(layout.CORPUS),
     wildcard_constraints:
         task=VLM_TASK,
-    conda:
-        "../envs/overtrain.yaml"
-    threads: config["finetune"]["threads"]
-    resources:
-        **finetune_resources(),
     params:
         spec=checkpoint_spec,
         hp=finetune_method_params,
+        task=vlm_task_params,
         eval=eval_config(config),
+        token_cache=study_path(layout.TOKEN_CACHE),
         bench=finetune_bench(config),
         curv=None,
-        vlm=vlm_stage2_params(config),
         state=study_path("finetune/.resume/{checkpoint}/{task}/{method}/lr{lr}_lam{lam}_seed{seed}"),
         device=DEVICE,
-    script:
-        "scripts/finetune.py"
 
 
 rule vlm_figures:

@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "pipeline"
 # lowest first: data prepares tokens, models load and run them, evaluate scores models, the stages
 # (sweeps, curvature, train, judge) use all three, multimodal (LLaVA's data and the VLM benchmarks)
-# feeds train, analysis and theory tabulate and draw, and the workflow (what the Snakefile imports)
-# wires everything
+# and tasks (the fine-tuning tasks, text and LLaVA, behind one interface) feed train, analysis and
+# theory tabulate and draw, and the workflow (what the Snakefile imports) wires everything
 LAYERS = (
     "data",
     "models",
@@ -25,6 +25,7 @@ LAYERS = (
     "sweeps",
     "curvature",
     "multimodal",
+    "tasks",
     "train",
     "judge",
     "analysis",

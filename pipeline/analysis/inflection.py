@@ -151,23 +151,19 @@ def _tokens(v: float, x: np.ndarray, budgets: np.ndarray) -> float:
 
 def _empty(base: dict, curvature_rate: float, reason: str) -> UShape:
     """A result whose statistics could not be computed."""
-    nan = math.nan
-    fields = dict(paired=False, df=0, sigma=nan) | base
-    return UShape(
-        **fields,
-        p_u=nan,
-        min_tokens=nan,
-        min_low=nan,
-        min_high=nan,
-        bounded=False,
-        slope_low=nan,
-        slope_high=nan,
-        p_low=nan,
-        p_high=nan,
-        curvature_rate=curvature_rate,
-        method=METHOD,
-        reason=reason,
+    statistics = (
+        "sigma",
+        "p_u",
+        "min_tokens",
+        "min_low",
+        "min_high",
+        "slope_low",
+        "slope_high",
+        "p_low",
+        "p_high",
     )
+    fields = dict.fromkeys(statistics, math.nan) | dict(paired=False, df=0, bounded=False) | base
+    return UShape(**fields, curvature_rate=curvature_rate, method=METHOD, reason=reason)
 
 
 def _budget_effects(

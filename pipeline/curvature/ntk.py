@@ -19,6 +19,7 @@ import logging
 import re
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,12 +111,11 @@ def ntk_rows(
             read_task(task_name, task_path), tokenizer, min(max_len or ctx, ctx), cfg.ntk_examples
         )
         common = dict(**spec.row_fields(study), eval_data=task_name, split="train")
-        rows += _task_rows(model, examples, common, cfg, f"{spec.name} on {task_name}", device)
+        on = TaskExamples(f"{spec.name} on {task_name}", examples, common, cfg, device)
+        rows += _task_rows(model, on)
         for method, params in (methods or {}).items():
             with selected(model, params, seed) as trained:
-                rows += method_kernel_rows(
-                    trained, examples, common, cfg, f"{spec.name} on {task_name}, {method}", device, method
-                )
+                rows += method_kernel_rows(trained, on, method)
     return rows
 
 
@@ -163,25 +163,31 @@ def _spectrum_rows(
     return rows, stats
 
 
-def method_kernel_rows(
-    model: torch.nn.Module,
-    examples: list[tuple[torch.Tensor, torch.Tensor]],
-    common: dict,
-    cfg: CurvatureConfig,
-    name: str,
-    device: str,
-    method: str,
-) -> list[dict]:
+@dataclass(frozen=True)
+class TaskExamples:
+    """One task's examples as a kernel is computed on them: their name in the log, the rows' common
+    fields, the curvature settings and the device."""
+
+    name: str
+    examples: list[tuple[torch.Tensor, torch.Tensor]]
+    common: dict
+    cfg: CurvatureConfig
+    device: str
+
+
+def method_kernel_rows(model: torch.nn.Module, on: TaskExamples, method: str) -> list[dict]:
     """The spectrum rows (`_spectrum_rows`) of the kernel over what a fine-tuning method trains
     (`model` as the method selects it: its trainable parameters), modification = the method. LoRA
     at initialisation has B = 0, so only B's gradients count: K = Σ_modules G_W Aᵀ A G_Wᵀ, the
     kernel of the adapters a run of that seed starts from."""
-    t0 = time.perf_counter()
-    kernels, s = _kernels(model, examples, cfg, device)
+    t0, cfg = time.perf_counter(), on.cfg
+    kernels, s = _kernels(model, on.examples, cfg, on.device)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     extra = {"examples": cfg.ntk_examples, "parameters": trained, "dtype": dtype_name(model)}
-    rows, stats = _spectrum_rows(sum(kernels.values()), s, common | {"modification": method}, cfg, extra)
-    _log_kernel(name, cfg.ntk_examples, trained, len(kernels), time.perf_counter() - t0, stats)
+    rows, stats = _spectrum_rows(sum(kernels.values()), s, on.common | {"modification": method}, cfg, extra)
+    _log_kernel(
+        f"{on.name}, {method}", cfg.ntk_examples, trained, len(kernels), time.perf_counter() - t0, stats
+    )
     return rows
 
 
@@ -201,18 +207,11 @@ def _log_kernel(name: str, n: int, parameters: int, groups: int, seconds: float,
     )
 
 
-def _task_rows(
-    model: torch.nn.Module,
-    examples: list[tuple[torch.Tensor, torch.Tensor]],
-    common: dict,
-    cfg: CurvatureConfig,
-    name: str,
-    device: str,
-) -> list[dict]:
+def _task_rows(model: torch.nn.Module, on: TaskExamples) -> list[dict]:
     """The NTK rows of `model` (every parameter) on one task's examples: the spectrum rows and,
     per group besides the first decoder layer, Algorithm 2's quantities."""
-    t0 = time.perf_counter()
-    kernels, s = _kernels(model, examples, cfg, device)
+    t0, cfg, common, name = time.perf_counter(), on.cfg, on.common, on.name
+    kernels, s = _kernels(model, on.examples, cfg, on.device)
     n = cfg.ntk_examples
     parameters = sum(p.numel() for p in model.parameters())
     base_extra = {"examples": n, "parameters": parameters, "dtype": dtype_name(model)}

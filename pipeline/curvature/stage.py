@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 import pandas as pd
 import torch
 
-from pipeline.curvature.config import CurvatureConfig
 from pipeline.curvature.hessian import sharpness
 from pipeline.curvature.lines import finetune_direction, line_rows, prepare, token_loss, trainable
 from pipeline.data.batches import IGNORE_INDEX
@@ -24,6 +23,7 @@ from pipeline.sweeps.noise import gaussian_direction
 from pipeline.tables import metric_row
 
 if TYPE_CHECKING:
+    from pipeline.curvature.config import CurvatureConfig
     from pipeline.models.checkpoints import CheckpointSpec
 
 log = logging.getLogger(__name__)
@@ -153,35 +153,3 @@ def finetune_line(
         **{k: fields[k] for k in ("seed", "task", "modification", "learning_rate", "lambda_reg")},
     }
     return line_rows(model, data, [(line, eps)], cfg.grids("finetune"), cfg, common)
-
-
-class FinetuneLine:
-    """`finetune_run(after=...)`: the fine-tuning job's line along θ_ft − θ_pre into `.rows`.
-
-    settings: the rule's curvature params (CurvatureConfig fields), None when the stage is off.
-    fields: the run's metric-row fields (checkpoint, task, method, learning rate, proximal λ, seed).
-    """
-
-    def __init__(self, settings: dict | None, corpus_path: str | Path, eval_cfg: dict, fields: Mapping):
-        self.cfg = CurvatureConfig(**settings) if settings is not None else None
-        self.corpus_path, self.eval_cfg, self.fields = corpus_path, eval_cfg, fields
-        self.rows: list[dict] = []
-
-    def __call__(self, model: torch.nn.Module, tokenizer, reference: Mapping[str, torch.Tensor]) -> None:
-        if self.cfg is not None:
-            t0 = time.perf_counter()
-            self.rows = finetune_line(
-                model,
-                tokenizer,
-                reference,
-                self.corpus_path,
-                self.eval_cfg,
-                self.cfg,
-                self.fields,
-                self.fields["checkpoint"],
-            )
-            log.info(
-                "curvature line along θ_ft − θ_pre: %d points in %.1f s",
-                len(self.rows),
-                time.perf_counter() - t0,
-            )

@@ -100,3 +100,36 @@ def heldout_eval_set(
     if not texts:
         raise ValueError(f"eval.split: the corpus has no documents in split {split!r}")
     return lm_eval_set(tokenizer, texts, max_len, max_tokens)
+
+
+@dataclass(frozen=True)
+class PretrainCorpus:
+    """The pre-training corpus as a fine-tuning job reads it (config `eval:`): its held-out `split`
+    for the pre-training perplexity (whole documents up to `max_tokens`, windows of `seq_len` or the
+    model's context, `batch_size` windows at a time); its training split for replay; `token_cache`,
+    where tokenized splits are shared by the study's jobs."""
+
+    path: str
+    split: str
+    max_tokens: int | None = None
+    seq_len: int | None = None
+    batch_size: int = 64
+    token_cache: str | None = None
+
+    def eval_set(self, tokenizer, fallback_len: int, context: int) -> EvalSet:
+        """The held-out split's windows of `seq_len` (unset: `fallback_len`), capped by `context`."""
+        max_len = min(self.seq_len or fallback_len, context)
+        return heldout_eval_set(self.path, self.split, tokenizer, max_len, self.max_tokens)
+
+    def train_texts(self) -> list[str]:
+        corpus = pd.read_parquet(self.path)
+        return corpus.loc[corpus["split"] == "train", "text"].tolist()
+
+    def settings(self) -> dict:
+        """The `eval:` keys the curvature stage's windows read (split, max_tokens, seq_len, batch_size)."""
+        return {
+            "split": self.split,
+            "max_tokens": self.max_tokens,
+            "seq_len": self.seq_len,
+            "batch_size": self.batch_size,
+        }

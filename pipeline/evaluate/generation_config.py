@@ -23,3 +23,13 @@ class GenerationConfig:
             raise ValueError("generation: max_new_tokens and batch_size must be >= 1")
         if self.do_sample and not (self.temperature > 0 and 0 < self.top_p <= 1):
             raise ValueError("generation: sampling needs temperature > 0 and 0 < top_p <= 1")
+
+
+@dataclass(frozen=True)
+class Responses:
+    """A job's responses for the judged metric: the instruction table to answer, how, and where the
+    responses go."""
+
+    instructions: str
+    config: GenerationConfig
+    output: str

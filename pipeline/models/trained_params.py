@@ -79,6 +79,16 @@ def check_lora_targets(model: torch.nn.Module, lora: LoraSettings) -> None:
                 )
 
 
+def check_selection(model: torch.nn.Module, params: str | dict) -> None:
+    """What `select` checks, without changing the model (a meta-device model serves): LoRA's
+    targets and rank, or that every `modules` pattern matches a parameter."""
+    lora = lora_settings(params)
+    if lora is not None:
+        check_lora_targets(model, lora)
+    elif params != "all":
+        _selected_names(model, params)
+
+
 def lora_parameter_count(model: torch.nn.Module, lora: LoraSettings) -> int:
     """Σ r (d_in + d_out) over the adapted Linear layers: A is r x d_in, B is d_out x r."""
     return sum(
@@ -124,8 +134,9 @@ def _selected_names(model: torch.nn.Module, params: str | dict) -> set[str]:
         hits = {n for n in named if fnmatch.fnmatchcase(n, pattern)}
         if not hits:
             raise ValueError(
-                f"finetune.methods.*.params.modules: {pattern!r} matches no parameter; the names look "
-                f"like {sorted(named)[:6]} (fnmatch patterns, e.g. '*.mlp.*')"
+                f"finetune.methods.*.params.modules: {pattern!r} matches no parameter; the model's "
+                f"module names are {_module_names(model)} (fnmatch patterns over parameter names such as "
+                f"{sorted(named)[:3]}, e.g. '*.mlp.*')"
             )
         chosen |= hits
     return chosen

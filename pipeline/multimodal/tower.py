@@ -132,18 +132,22 @@ def _save(tower, preprocess: Preprocess, out_dir: str | Path, record: dict) -> d
     return record
 
 
+def _width(cfg: TowerConfig) -> dict:
+    """What the toy CLIP's vision and text encoders share: width, MLP, heads and projection."""
+    return dict(
+        hidden_size=cfg.hidden,
+        intermediate_size=4 * cfg.hidden,
+        num_attention_heads=cfg.heads,
+        projection_dim=cfg.projection_dim,
+    )
+
+
 def toy_vision_config(cfg: TowerConfig, image_size: int):
     """The toy tower's CLIPVisionConfig: `image_size` / `cfg.patch_size` patches of width `cfg.hidden`."""
     from transformers import CLIPVisionConfig
 
     return CLIPVisionConfig(
-        hidden_size=cfg.hidden,
-        intermediate_size=4 * cfg.hidden,
-        num_hidden_layers=cfg.layers,
-        num_attention_heads=cfg.heads,
-        image_size=image_size,
-        patch_size=cfg.patch_size,
-        projection_dim=cfg.projection_dim,
+        **_width(cfg), num_hidden_layers=cfg.layers, image_size=image_size, patch_size=cfg.patch_size
     )
 
 
@@ -154,13 +158,10 @@ def toy_clip(cfg: TowerConfig, image_size: int, vocab: int, eos: int, pad: int, 
 
     vision = toy_vision_config(cfg, image_size)
     text = CLIPTextConfig(
+        **_width(cfg),
         vocab_size=vocab,
-        hidden_size=cfg.hidden,
-        intermediate_size=4 * cfg.hidden,
         num_hidden_layers=cfg.text_layers,
-        num_attention_heads=cfg.heads,
         max_position_embeddings=context,
-        projection_dim=cfg.projection_dim,
         eos_token_id=eos,
         pad_token_id=pad,
         bos_token_id=eos,

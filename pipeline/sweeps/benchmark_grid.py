@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -20,10 +19,10 @@ import torch
 from pipeline.evaluate.benchmark_registry import benchmark_settings
 from pipeline.evaluate.benchmarks import configured_rows, eval_configured
 from pipeline.models.loading import fingerprint, load_checkpoint
-from pipeline.sweeps.cells import cell_fields, evaluate_cells, grid_cells
+from pipeline.sweeps.cells import cell_fields, evaluate_cells
 
 if TYPE_CHECKING:
-    from pipeline.models.checkpoints import CheckpointSpec
+    from pipeline.sweeps.cells import Grid
 
 log = logging.getLogger(__name__)
 
@@ -40,28 +39,20 @@ def summarize(results: dict) -> str:
     return " ".join(f"{task}={r['acc']:.3f}" for task, r in results.items())
 
 
-def benchmark_grid(
-    spec: CheckpointSpec,
-    path: str | None,
-    bench_cfg: dict,
-    gammas: list[float],
-    seeds: list[int],
-    study: str,
-    cache_dir: str | Path,
-    device: str = "cpu",
-) -> list[dict]:
+def benchmark_grid(grid: Grid, bench_cfg: dict) -> list[dict]:
     """lm-eval accuracies of the unmodified checkpoint and each (γ, seed) perturbation; tidy rows."""
-    model, tokenizer, init_std, std_source = load_checkpoint(spec, path, device)
-    ckpt_fp = fingerprint(spec, path)
+    spec = grid.spec
+    model, tokenizer, init_std, std_source = load_checkpoint(spec, grid.path, grid.device)
+    ckpt_fp = fingerprint(spec, grid.path)
     settings = benchmark_settings(bench_cfg)
-    common = spec.row_fields(study)
+    common = spec.row_fields(grid.study)
     rows = []
     cells = evaluate_cells(
         model,
         init_std,
-        grid_cells(gammas, seeds),
+        grid.cells(),
         lambda m: eval_configured(m, tokenizer, bench_cfg),
-        cache_dir,
+        grid.cache_dir,
         lambda g, s: _cell_key(ckpt_fp, g, s, settings),
         summarize,
         spec.name,

@@ -8,6 +8,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,26 @@ from pipeline.sweeps.noise import perturbed
 if TYPE_CHECKING:
     import torch
 
+    from pipeline.models.checkpoints import CheckpointSpec
+
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """One checkpoint's grid: which checkpoint (its directory for a sweep or local one), its γ and
+    seeds, the study its rows belong to, where finished cells are kept, the device."""
+
+    spec: CheckpointSpec
+    path: str | None
+    gammas: list[float]
+    seeds: list[int]
+    study: str
+    cache_dir: str | Path
+    device: str = "cpu"
+
+    def cells(self) -> list[tuple[float, int | None]]:
+        return grid_cells(self.gammas, self.seeds)
 
 
 def grid_cells(gammas: list[float], seeds: list[int]) -> list[tuple[float, int | None]]:

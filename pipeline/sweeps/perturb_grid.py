@@ -18,11 +18,11 @@ import torch
 from pipeline.data.heldout import heldout_eval_set
 from pipeline.evaluate.perplexity import EVAL_METRICS, eval_perplexity
 from pipeline.models.loading import dtype_name, fingerprint, load_checkpoint
-from pipeline.sweeps.cells import cell_fields, evaluate_cells, grid_cells
+from pipeline.sweeps.cells import cell_fields, evaluate_cells
 from pipeline.tables import metric_row
 
 if TYPE_CHECKING:
-    from pipeline.models.checkpoints import CheckpointSpec
+    from pipeline.sweeps.cells import Grid
 
 log = logging.getLogger(__name__)
 
@@ -32,18 +32,10 @@ def _cell_key(ckpt_fp: str, gamma: float, seed: int, eval_cfg: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-def perturbation_grid(
-    spec: CheckpointSpec,
-    path: str | None,
-    corpus_path: str | Path,
-    eval_cfg: dict,
-    gammas: list[float],
-    seeds: list[int],
-    study: str,
-    cache_dir: str | Path,
-    device: str = "cpu",
-) -> list[dict]:
-    """Evaluate the unmodified checkpoint and every (γ, seed) perturbation of it; tidy rows."""
+def perturbation_grid(grid: Grid, corpus_path: str | Path, eval_cfg: dict) -> list[dict]:
+    """Evaluate the unmodified checkpoint and every (γ, seed) perturbation of it on the corpus's
+    held-out split (`eval:` settings); tidy rows."""
+    spec, path, device = grid.spec, grid.path, grid.device
     model, tokenizer, init_std, std_source = load_checkpoint(spec, path, device)
     max_len = min(
         eval_cfg.get("seq_len") or model.config.max_position_embeddings, model.config.max_position_embeddings
@@ -61,7 +53,7 @@ def perturbation_grid(
     summary_file = Path(path or "", "summary.json") if spec.source != "hub" else None
     summary = json.loads(summary_file.read_text()) if summary_file and summary_file.is_file() else {}
     base_diverged = bool(summary.get("diverged", False))
-    common = dict(**spec.row_fields(study), eval_data="pretrain", split=eval_cfg["split"])
+    common = dict(**spec.row_fields(grid.study), eval_data="pretrain", split=eval_cfg["split"])
     extra = {
         "dtype": dtype_name(model),  # the precision every evaluation of this device runs in
         "init_std_source": std_source,
@@ -73,9 +65,9 @@ def perturbation_grid(
     cells = evaluate_cells(
         model,
         init_std,
-        grid_cells(gammas, seeds),
+        grid.cells(),
         lambda m: eval_perplexity(m, data, batch_size=eval_cfg["batch_size"], device=device),
-        cache_dir,
+        grid.cache_dir,
         lambda g, s: _cell_key(ckpt_fp, g, s, eval_cfg),
         lambda r: f"ppl={r['ppl']:.3f}",
         spec.name,

@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pipeline.theory.transfer_config import check_transfer
+from pipeline.theory.transfer.config import check_transfer
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def check_config(cfg: Mapping[str, Any], transfer: bool = True) -> dict[str, Any
     Only problems that would make the numbers meaningless are errors (a spectrum that is not
     positive and strictly decreasing, an infinite γ, …). config/schema/theory.yaml checks each key's
     type and range first; this adds what a schema cannot say (orderings, cross-key bounds,
-    finiteness, the spectra's values). transfer: also check theory.transfer (transfer_config.py), as
+    finiteness, the spectra's values). transfer: also check theory.transfer (transfer/config.py), as
     start-up does; the theory stage itself does not read that subsection and skips it.
     """
     d = cfg["d"]

@@ -13,24 +13,31 @@ import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from pipeline.models.checkpoints import CheckpointSpec
+# the record's field types are imported at run time: from_json rebuilds them from their hints
+from pipeline.curvature.config import CurvatureConfig  # noqa: TC001
+from pipeline.data.heldout import PretrainCorpus  # noqa: TC001
+from pipeline.evaluate.benchmark_registry import BenchmarkSettings  # noqa: TC001
+from pipeline.evaluate.generation_config import Responses  # noqa: TC001
+from pipeline.models.checkpoints import CheckpointSpec  # noqa: TC001
+from pipeline.records import from_dict
 from pipeline.runtime import pick_device, set_threads, setup_rank_logging
-from pipeline.train.config import FinetuneConfig
+from pipeline.tasks.registry import SPECS, TaskSpec  # noqa: TC001
+from pipeline.train.config import FinetuneConfig  # noqa: TC001
 from pipeline.train.launch import run_on_ranks as launch
+from pipeline.train.memory import GpuSettings  # noqa: TC001
 
 MODULE = "pipeline.train.finetune_job"
 
 
 @dataclass(frozen=True)
 class FinetuneJob:
-    """One fine-tuning run: what is trained on what, how it is evaluated, where its outputs go."""
+    """One fine-tuning run: what is trained on what, how it is evaluated, where its outputs go, and on
+    how many ranks it runs."""
 
     spec: CheckpointSpec
     cfg: FinetuneConfig
-    task_name: str
-    task_path: str
-    corpus_path: str
-    eval_cfg: dict  # `eval:` (split, max_tokens, seq_len, batch_size): the pre-training perplexity
+    task: TaskSpec  # the task's record: it opens as the task (pipeline/tasks/)
+    corpus: PretrainCorpus  # the pre-training corpus: held-out perplexity, replay
     learning_rate: float
     lambda_reg: float
     seed: int
@@ -41,13 +48,11 @@ class FinetuneJob:
     line_path: str | None = None  # the curvature line's rows (Appendix D), when `curvature` is set
     path: str | None = None  # the checkpoint's directory (sweep / local checkpoints)
     device: str = "cpu"  # auto | cpu | cuda; the entry points resolve it (pipeline.runtime.pick_device)
-    bench_cfg: dict | None = None  # `eval.benchmarks`: the fine-tuned model on the lm-eval suite
-    gpu: dict | None = None  # `gpu:`: the memory planner's micro-batch on CUDA (changes no number)
-    token_cache: str | None = None  # where an LM task's tokenized training split is shared by jobs
-    generation: dict | None = None  # {instructions, config, output}: responses for the judged metric
-    curvature: dict | None = None  # the curvature stage's settings: the line along θ_ft − θ_pre
-    # a LLaVA stage-2 task: {data: data.json, tower: dir, projector: stage 1's, config: VlmConfig, hf_dir}
-    vlm: dict | None = None
+    ranks: int = 1  # processes (1 GPU each on CUDA); > 1: FSDP2 under torchrun
+    suite: BenchmarkSettings | None = None  # `eval.benchmarks`: the fine-tuned model on the lm-eval suite
+    gpu: GpuSettings | None = None  # `gpu:`: the memory planner's micro-batch on CUDA (changes no number)
+    generation: Responses | None = None  # responses to the instruction set for the judged metric
+    curvature: CurvatureConfig | None = None  # the curvature stage's settings: the line along θ_ft − θ_pre
     stop_after: int | None = None  # stop as if killed after this many steps (tests of resumption)
     threads: int = 1
 
@@ -71,7 +76,7 @@ class FinetuneJob:
         return dict(
             **self.spec.row_fields(self.study),
             modification=self.method,
-            task=self.task_name,
+            task=self.task.name,
             learning_rate=float(self.learning_rate),
             lambda_reg=float(self.lambda_reg),
             seed=int(self.seed),
@@ -82,33 +87,40 @@ class FinetuneJob:
 
     @classmethod
     def from_json(cls, text: str) -> FinetuneJob:
+        """The record `to_json` wrote; its task record's type from the registry, by its `kind`."""
         d = json.loads(text)
-        return cls(**{**d, "spec": CheckpointSpec(**d["spec"]), "cfg": FinetuneConfig(**d["cfg"])})
+        kind = d["task"].get("kind")
+        if kind not in SPECS:
+            raise ValueError(
+                f"job record: task kind {kind!r} is not one of {sorted(SPECS)} (pipeline/tasks/registry.py)"
+            )
+        task = from_dict(SPECS[kind], d["task"])
+        return from_dict(cls, d | {"task": task})
 
 
 def execute(job: FinetuneJob, placement) -> list[dict]:
-    """Fine-tune and evaluate (pipeline.train.finetune.finetune_run), then, where the placement
-    holds the whole model, the curvature line; rank 0 writes the metric rows and the line's rows.
-    Returns the metric rows (the same on every rank; [] when stopped as if killed)."""
+    """Fine-tune and evaluate (pipeline.train.finetune.finetune_run); rank 0 writes the metric rows
+    (and, with the curvature stage off, the empty line table the rule declares). Returns the metric
+    rows (the same on every rank; [] when stopped as if killed)."""
     from pipeline.curvature.lines import write_lines
-    from pipeline.curvature.stage import FinetuneLine
     from pipeline.tables import write_metrics
     from pipeline.train.finetune import finetune_run
 
-    line = None
-    if job.curvature is not None:
-        if not placement.holds_whole_model:
-            raise ValueError(
-                "the curvature stage's line along θ_ft − θ_pre needs the whole model in one process: "
-                "not in a sharded fine-tuning job (finetune.ranks > 1)"
-            )
-        line = FinetuneLine(job.curvature, job.corpus_path, job.eval_cfg, job.identity())
-    rows = finetune_run(job, placement, after=line)
+    rows = finetune_run(job, placement)
     if placement.ranks.main:
         write_metrics(job.metrics_path, rows)
-        if job.line_path is not None:
-            write_lines(job.line_path, line.rows if line is not None else [])
+        if job.line_path is not None and job.curvature is None:
+            write_lines(job.line_path, [])
     return rows
+
+
+def run(job: FinetuneJob, job_file: str | Path) -> None:
+    """The job where its record says: in this process (1 rank), else on its ranks (`job_file` holds
+    the record they read)."""
+    if job.ranks > 1:
+        run_on_ranks(job, job_file)
+    else:
+        run_in_process(job)
 
 
 def run_in_process(job: FinetuneJob) -> list[dict]:
@@ -119,11 +131,11 @@ def run_in_process(job: FinetuneJob) -> list[dict]:
     return execute(replace(job, device=pick_device(job.device)), Whole())
 
 
-def run_on_ranks(job: FinetuneJob, ranks: int, job_file: str | Path) -> None:
-    """The job on `ranks` processes under torchrun (each with its share of the job's threads),
+def run_on_ranks(job: FinetuneJob, job_file: str | Path) -> None:
+    """The job on its `ranks` processes under torchrun (each with its share of the job's threads),
     the model sharded (any rank count, one included); raises if a rank fails."""
-    per_rank = replace(job, threads=max(1, job.threads // ranks))
-    launch(MODULE, per_rank.to_json(), ranks, job_file, per_rank.threads)
+    per_rank = replace(job, threads=max(1, job.threads // job.ranks))
+    launch(MODULE, per_rank.to_json(), job.ranks, job_file, per_rank.threads)
 
 
 def main(job_file: str) -> None:

@@ -29,7 +29,6 @@ does not see (CUDA context, NCCL buffers).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -214,16 +213,25 @@ def gap_bytes(shape: ModelShape, params: int, ranks: int, max_tokens: int) -> in
     return -(-8 * params // ranks) + 12 * params + logits + layer
 
 
+@dataclass(frozen=True)
+class GpuSettings:
+    """The `gpu:` section: one GPU's memory (GB, as sold), GPUs per node, the fraction left free."""
+
+    memory_gb: float = 80.0
+    per_node: int = 8
+    headroom: float = HEADROOM
+
+
 def plan_run(
     shape: ModelShape,
     cfg: FinetuneConfig,
     seq_len: int,
-    gpu: Mapping,
+    gpu: GpuSettings,
     gpus: int | None = None,
     frozen: int = 0,
 ) -> Plan:
     """`plan_finetune` of a fine-tuning run config (its batch, precision on CUDA, activation
-    checkpointing and micro-batch) on the config's `gpu:` section (memory_gb, per_node, headroom).
+    checkpointing and micro-batch) on the config's `gpu:` section.
     With the linearization gap on, its peak after training must fit too (it does not shrink with
     more GPUs: each holds the whole model), else PlanError naming the key."""
     plan = _plan_training(shape, cfg, seq_len, gpu, gpus, frozen)
@@ -240,7 +248,7 @@ def plan_run(
 
 
 def _plan_training(
-    shape: ModelShape, cfg: FinetuneConfig, seq_len: int, gpu: Mapping, gpus: int | None, frozen: int
+    shape: ModelShape, cfg: FinetuneConfig, seq_len: int, gpu: GpuSettings, gpus: int | None, frozen: int
 ) -> Plan:
     return plan_finetune(
         shape,
@@ -248,10 +256,10 @@ def _plan_training(
         seq_len=seq_len,
         precision=resolve_precision(cfg.precision, "cuda"),
         activation_checkpointing=cfg.activation_checkpointing,
-        gpu_memory_gb=gpu["memory_gb"],
-        gpus_per_node=gpu["per_node"],
+        gpu_memory_gb=gpu.memory_gb,
+        gpus_per_node=gpu.per_node,
         micro_batch=cfg.micro_batch_size,
-        headroom=gpu["headroom"],
+        headroom=gpu.headroom,
         gpus=gpus,
         frozen=frozen,
     )

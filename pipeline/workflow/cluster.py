@@ -212,22 +212,26 @@ def stop_status_checks_promptly() -> bool:
     return True
 
 
-def check_lora_jobs(jobs: Iterable, config: dict, checkpoints: Checkpoints) -> None:
-    """Every LoRA method's target modules exist and its rank fits them, on the architecture of each
-    checkpoint a fine-tuning job to run loads (meta device: no weights), before any job starts."""
-    from pipeline.models.loading import architecture  # heavy (torch): only with a LoRA method
-    from pipeline.models.trained_params import check_lora_targets, lora_settings
+def check_method_jobs(jobs: Iterable, config: dict, checkpoints: Checkpoints) -> None:
+    """Every fine-tuning method that trains less than every parameter names what exists: LoRA's target
+    modules (and its rank fits them), `params.modules`' patterns, on the architecture of each
+    checkpoint a text fine-tuning job to run loads (the meta device: no weights; a preset's, or the
+    config.json of a local or hub checkpoint), before any job starts. The error names the method,
+    the pattern and the model's module names. A LLaVA job's model exists only in its job, which
+    checks it there."""
+    from pipeline.models.loading import architecture  # heavy (torch): only with such a method
+    from pipeline.models.trained_params import check_selection
 
-    methods = {m: lora_settings(s.get("params", "all")) for m, s in finetune_methods(config).items()}
+    methods = {m: s.get("params", "all") for m, s in finetune_methods(config).items()}
     pairs = {
         (job.wildcards.checkpoint, job.wildcards.method)
         for job in jobs
-        if job.rule.name == "finetune" and methods.get(job.wildcards.method) is not None
+        if job.rule.name == "finetune" and methods.get(job.wildcards.method, "all") != "all"
     }
     for checkpoint, method in sorted(pairs):
         model = architecture(checkpoints[checkpoint], config["tokenizer"]["vocab_size"])
         try:
-            check_lora_targets(model, methods[method])
+            check_selection(model, methods[method])
         except ValueError as err:
             named = str(err).replace("methods.*", f"methods.{method}")
             raise WorkflowError(f"{named} (checkpoint {checkpoint})") from None

@@ -12,6 +12,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeline import layout
 from pipeline.fields import changes_numbers
 from pipeline.models.hub import cached_commit, download_hint
 from pipeline.multimodal.config import (
@@ -155,6 +156,20 @@ def stage1_params(config: dict) -> dict:
     return {"stage1": _numbers(stage1_config(config)), "vlm": _numbers(vlm_config(config))}
 
 
-def stage2_params(config: dict) -> dict:
-    """What a LLaVA stage-2 job reads besides the `finetune:` section."""
-    return _numbers(vlm_config(config))
+def stage2_task_params(config: dict, wildcards) -> dict:
+    """The record of a LLaVA task in its stage-2 jobs (pipeline/tasks/llava.py LlavaTaskSpec): its data,
+    tower and stage-1 projector, the `multimodal:` settings that change numbers, and where the model
+    is saved when multimodal.save_hf (which, like the other execution settings, the job reads from
+    the config: changing it reruns nothing)."""
+    fields = {k: getattr(wildcards, k) for k in ("checkpoint", "task", "method", "lr", "lam", "seed")}
+    return {
+        "kind": "llava",
+        "name": wildcards.task,
+        "data": layout.study_path(config["study"], layout.VLM_DATA),
+        "tower": layout.study_path(config["study"], layout.VLM_TOWER),
+        "projector": layout.study_path(
+            config["study"], layout.VLM_PROJECTOR, checkpoint=wildcards.checkpoint, task=wildcards.task
+        ),
+        "config": _numbers(vlm_config(config)),
+        "hf_dir": layout.study_path(config["study"], layout.VLM_HF, **fields),
+    }

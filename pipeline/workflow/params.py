@@ -15,7 +15,7 @@ from pipeline.curvature.config import CurvatureConfig
 from pipeline.fields import tagged
 from pipeline.judge.config import judge_params as _judge_params
 from pipeline.sweeps.lr_search import SELECT_METRIC, SELECT_SPLIT
-from pipeline.theory.transfer_config import transfer_inputs
+from pipeline.theory.transfer.config import transfer_inputs
 from pipeline.train.config import FinetuneConfig, PretrainConfig, changes_numbers, hyperparameters
 from pipeline.workflow.config import (
     alpaca_eval_config,

@@ -13,7 +13,7 @@ from pipeline.models.presets import SIZE_PRESETS, preset_shape
 from pipeline.models.shapes import ModelShape, shape_of
 from pipeline.multimodal.config import HUB_TOWERS, tower_shape
 from pipeline.train.config import FinetuneConfig, execution, hyperparameters
-from pipeline.train.memory import Plan, PlanError, plan_run
+from pipeline.train.memory import GpuSettings, Plan, PlanError, plan_run
 from pipeline.workflow.multimodal import tower_config, toy_config, vlm_config, vlm_tasks
 
 if TYPE_CHECKING:
@@ -48,7 +48,9 @@ def finetune_plan(spec: CheckpointSpec, config: dict) -> Plan:
     seq_len = min(cfg.seq_len or shape.context, shape.context)
     if vlm_tasks(config):  # LLaVA's stage 2 takes multimodal.max_length; a job's plan fits the longer
         seq_len = max(seq_len, min(vlm_config(config).max_length, shape.context))
-    return plan_run(shape, cfg, seq_len, config["gpu"], gpus=ft["ranks"], frozen=vlm_frozen(config))
+    return plan_run(
+        shape, cfg, seq_len, GpuSettings(**config["gpu"]), gpus=ft["ranks"], frozen=vlm_frozen(config)
+    )
 
 
 def vlm_frozen(config: dict) -> int:

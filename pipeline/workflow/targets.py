@@ -357,6 +357,11 @@ def tokenizer_task_tables(config: dict) -> list[str]:
     return [path(config, layout.TASK_TABLE, task=n) for n in names]
 
 
+def text_task_params(config: dict, task: str) -> dict:
+    """The record of a text task in its fine-tuning jobs (pipeline/tasks/text.py TextTaskSpec): its table."""
+    return {"kind": "text", "name": task, "table": path(config, layout.TASK_TABLE, task=task)}
+
+
 def coverage_task_tables(config: dict) -> list[str]:
     """The fine-tuning text tasks' tables, whose evaluation tokens rule token_coverage checks."""
     return (

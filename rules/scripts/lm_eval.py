@@ -3,18 +3,19 @@
 from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.runtime import pick_device, set_threads, setup_logging
 from pipeline.sweeps.benchmark_grid import benchmark_grid
+from pipeline.sweeps.cells import Grid
 from pipeline.tables import write_metrics
 
 setup_logging(snakemake.log[0])
 set_threads(snakemake.threads)
-rows = benchmark_grid(
+grid = Grid(
     CheckpointSpec(**snakemake.params.spec),
     path=snakemake.input.checkpoint[0] if snakemake.input.checkpoint else None,
-    bench_cfg=snakemake.params.bench,
     gammas=snakemake.params.gammas,
     seeds=snakemake.params.seeds,
     study=snakemake.config["study"],
     cache_dir=snakemake.params.cache,
     device=pick_device(snakemake.params.device),
 )
+rows = benchmark_grid(grid, bench_cfg=snakemake.params.bench)
 write_metrics(snakemake.output[0], rows)

@@ -1,11 +1,11 @@
-"""Rule theory_transfer: the transfer stage (pipeline/theory/transfer_stage.py) -> its table + 8 figures."""
+"""Rule theory_transfer: the transfer stage (pipeline/theory/transfer/stage.py) -> its table + 8 figures."""
 
 from pathlib import Path
 
 from pipeline.runtime import setup_logging
-from pipeline.theory.transfer_figures import plot_transfer
-from pipeline.theory.transfer_stage import run_transfer
-from pipeline.theory.transfer_table import write_transfer
+from pipeline.theory.transfer.figures import plot_transfer
+from pipeline.theory.transfer.stage import run_transfer
+from pipeline.theory.transfer.table import write_transfer
 
 setup_logging(snakemake.log[0])
 df = run_transfer(snakemake.params.cfg, study=snakemake.config["study"])

@@ -3,45 +3,37 @@ two models the job holds (λ = 1 is θ_ft: ‖ε‖ is the run's distance_l2).""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
-from train.test_finetune import run
+from train.test_finetune import finetune_job
 
 from pipeline.curvature.config import CurvatureConfig
-from pipeline.curvature.stage import FinetuneLine
 from pipeline.curvature.summary import summary_table
-from pipeline.tables import metrics_frame
+from pipeline.train.finetune_job import run_in_process
 
 
 def test_finetune_line_leaves_the_rows_and_measures_the_run(study_files, tmp_path):  # noqa: F811
-    plain = metrics_frame(run(study_files, "mr", state=tmp_path / "a"))
     cfg = CurvatureConfig(max_tokens=512, batch_size=8)
-    fields = dict(
-        **study_files["spec"].row_fields("t"),
-        modification="sft",
-        task="mr",
-        learning_rate=3e-3,
-        lambda_reg=0.0,
-        seed=0,
-    )
-    settings = {k: getattr(cfg, k) for k in ("finetune_lambdas_small", "finetune_lambdas_wide", "max_tokens")}
-    line = FinetuneLine(settings, study_files["corpus"], {"split": "validation", "seq_len": None}, fields)
-    with_line = metrics_frame(run(study_files, "mr", state=tmp_path / "b", after=line))
-    pd.testing.assert_frame_equal(plain, with_line)
-    lines = pd.DataFrame(line.rows)
+    plain = finetune_job(study_files, "mr", state=tmp_path / "a", line_path=str(tmp_path / "a-line.parquet"))
+    run_in_process(plain)
+    assert pd.read_parquet(plain.line_path).empty  # the stage off: the rule's output, empty
+    curved = dataclasses.replace(
+        plain, state_dir=str(tmp_path / "b"), metrics_path=str(tmp_path / "b.parquet"),
+        line_path=str(tmp_path / "b-line.parquet"), curvature=cfg,
+    )  # fmt: skip
+    run_in_process(curved)
+    rows, with_line = pd.read_parquet(plain.metrics_path), pd.read_parquet(curved.metrics_path)
+    pd.testing.assert_frame_equal(rows, with_line)
+    lines = pd.read_parquet(curved.line_path)
     assert len(lines) == len(cfg.finetune_lambdas_small) + len(cfg.finetune_lambdas_wide)
     assert set(lines["direction"]) == {"finetune"} and lines["finite"].all()
     assert lines["eval_tokens"].iloc[0] <= 512
-    distance = plain.loc[plain["metric"] == "distance_l2", "value"].iloc[0]
+    distance = rows.loc[rows["metric"] == "distance_l2", "value"].iloc[0]
     assert lines["direction_norm"].iloc[0] == pytest.approx(distance, rel=1e-6)
     summary = summary_table(lines.assign(study="t"))
     assert summary["quadratic_rel_error"].iloc[0] <= 0.05
-
-
-def test_off_writes_nothing(study_files):  # noqa: F811
-    line = FinetuneLine(None, study_files["corpus"], {"split": "validation"}, {})
-    line(None, None, {})
-    assert line.rows == []
 
 
 def test_curvature_tokens_are_the_first_windows_of_the_heldout_set(study_files, tokenizer):  # noqa: F811

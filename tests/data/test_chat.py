@@ -30,6 +30,7 @@ from pipeline.data.chat import (
 )
 from pipeline.data.corpus import build_corpus
 from pipeline.data.encode import read_task, task_frame
+from pipeline.data.heldout import PretrainCorpus
 from pipeline.data.task_items import SPLITS, ChatItem, Message, TaskError, item_text
 from pipeline.data.task_loading import load_task
 from pipeline.data.tokenizer import as_hf_tokenizer
@@ -39,8 +40,9 @@ from pipeline.models.build import build_model, model_config
 from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.sweeps.lr_grids import INSTRUCT_FINETUNE_LRS, finetune_lr_grid
 from pipeline.tables import metrics_frame
+from pipeline.tasks.text import ChatTask, TextTaskSpec
 from pipeline.train.config import INSTRUCT_FINETUNE, TrainConfig
-from pipeline.train.finetune import TASK_METRICS, FinetuneConfig, finetune_run, task_base_rows
+from pipeline.train.finetune import FinetuneConfig, finetune_run, task_base_rows
 from pipeline.train.finetune_job import FinetuneJob
 from pipeline.train.loop import make_optimizer, make_schedule
 
@@ -347,7 +349,7 @@ def test_finetune_run_on_a_chat_task(chat_study):
     s = chat_study
     task_path = s["dir"] / "hh.parquet"
     base = metrics_frame(task_base_rows(s["spec"], s["ckpt"], task_path, "hh", CFG, "t"))
-    assert set(base["metric"]) == set(TASK_METRICS["chat"]) == {"ppl", "loss"} and set(base["split"]) == {
+    assert set(base["metric"]) == set(ChatTask.metrics) == {"ppl", "loss"} and set(base["split"]) == {
         "validation",
         "test",
     }
@@ -356,10 +358,8 @@ def test_finetune_run_on_a_chat_task(chat_study):
         job = FinetuneJob(
             spec=s["spec"],
             cfg=CFG,
-            task_name="hh",
-            task_path=str(task_path),
-            corpus_path=str(s["dir"] / "corpus.parquet"),
-            eval_cfg=EVAL,
+            task=TextTaskSpec("hh", str(task_path)),
+            corpus=PretrainCorpus(str(s["dir"] / "corpus.parquet"), **EVAL),
             learning_rate=lr,
             lambda_reg=0.0,
             seed=0,
@@ -449,7 +449,7 @@ def test_table2_preset_and_config_overlay():
     # merged into the default config it is a valid config (what `--configfile config/instruct.yaml` runs)
     from snakemake.utils import update_config
 
-    from pipeline.workflow.config import load_schema, validate_config
+    from pipeline.workflow.schema import load_schema, validate_config
 
     cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
     update_config(cfg, {"finetune": overlay})

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _schema() -> dict:
     """The schema as written (config/schema.yaml and its section files), markers unfilled."""
-    from pipeline.workflow.config import load_schema
+    from pipeline.workflow.schema import load_schema
 
     return load_schema(ROOT / "config" / "schema.yaml", registries=False)
 
@@ -62,7 +62,7 @@ def test_pins_are_the_ones_fetched():
 def test_schema_takes_its_task_names_from_the_registry():
     """config/schema.yaml keeps no task list: finetune.tasks, finetune.task_data's keys and
     tokenizer.extra_texts carry `x-registry` markers, filled from the registry when the schema loads."""
-    from pipeline.workflow.config import load_schema
+    from pipeline.workflow.schema import load_schema
 
     raw = _schema()
     assert not [path for path, enum in _enums(raw) if "gsm8k" in enum or "arc_easy" in enum]

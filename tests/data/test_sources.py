@@ -9,6 +9,7 @@ import torch
 from pipeline.data.corpus import brown_to_text, load_hf, split_of
 from pipeline.models.checkpoints import CheckpointSpec, hub_checkpoints, study_checkpoints
 from pipeline.models.loading import load_checkpoint
+from pipeline.sweeps.cells import Grid
 from pipeline.sweeps.perturb_grid import perturbation_grid
 
 
@@ -33,14 +34,9 @@ def test_local_checkpoint_without_recorded_init_uses_config_init(tiny_model, tok
         }
     ).to_parquet(corpus)
     rows = perturbation_grid(
-        spec,
-        str(ckpt),
+        Grid(spec, str(ckpt), [2.0], [0], "t", tmp_path / "cells"),
         corpus,
         {"split": "validation", "batch_size": 8, "max_tokens": None, "seq_len": 64},
-        [2.0],
-        [0],
-        "t",
-        tmp_path / "cells",
     )
     df = pd.DataFrame(rows)
     assert set(df["modification"]) == {"none", "gaussian"}

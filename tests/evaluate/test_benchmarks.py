@@ -6,6 +6,7 @@ configs, and an in-memory model evaluated through lm-eval."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import subprocess
@@ -105,7 +106,7 @@ def test_registry_matches_the_task_yamls():
 
 def test_schema_takes_the_local_suite_from_the_registry():
     """eval.benchmarks.tasks (source local) is the registry's suite, filled in when the schema loads."""
-    from pipeline.workflow.config import load_schema
+    from pipeline.workflow.schema import load_schema
 
     raw = load_schema(ROOT / "config" / "schema.yaml", registries=False)
     schema = load_schema(ROOT / "config" / "schema.yaml")
@@ -123,7 +124,7 @@ def test_the_settings_dataclass_owns_the_defaults():
     """eval.benchmarks: the schema types each key of BenchmarkSettings and defaults none of them."""
     from dataclasses import fields
 
-    from pipeline.workflow.config import load_schema
+    from pipeline.workflow.schema import load_schema
 
     props = load_schema(ROOT / "config" / "schema.yaml")["properties"]["eval"]["properties"]["benchmarks"]
     assert set(props["properties"]) == {f.name for f in fields(R.BenchmarkSettings)}
@@ -476,6 +477,7 @@ def test_benchmark_grid_caches_cells_and_plots(tiny_model, tokenizer, data_root,
     from pipeline.analysis.benchmark_figures import plot_benchmarks
     from pipeline.models.checkpoints import CheckpointSpec
     from pipeline.sweeps.benchmark_grid import benchmark_grid
+    from pipeline.sweeps.cells import Grid
 
     ckpt = tmp_path / "ckpt"
     tiny_model.save_pretrained(ckpt)
@@ -486,9 +488,9 @@ def test_benchmark_grid_caches_cells_and_plots(tiny_model, tokenizer, data_root,
         "package_dir": str(PACKAGES),
         "cache_dir": str(CACHE),
     }
-    args = dict(bench_cfg=cfg, gammas=[1.0, 8.0], seeds=[0], study="t", cache_dir=tmp_path / "cells")
+    grid = Grid(spec, None, gammas=[1.0, 8.0], seeds=[0], study="t", cache_dir=tmp_path / "cells")
     caplog.set_level("INFO", logger="pipeline.sweeps.cells")
-    rows = pd.DataFrame(benchmark_grid(spec, None, **args))
+    rows = pd.DataFrame(benchmark_grid(grid, cfg))
     acc = rows[rows["metric"] == "acc"]
     assert len(acc) == 3 * 2 and set(acc["eval_data"]) == {"benchmark:copa", "benchmark:piqa"}
     assert sorted(acc["modification"].unique()) == ["gaussian", "none"] and set(acc["gamma"].dropna()) == {
@@ -498,7 +500,7 @@ def test_benchmark_grid_caches_cells_and_plots(tiny_model, tokenizer, data_root,
     assert acc["value"].between(0, 1).all()
     assert any("3 cells computed, 0 from cache" in m for m in caplog.messages)
     caplog.clear()
-    again = pd.DataFrame(benchmark_grid(spec, None, **{**args, "gammas": [1.0, 8.0, 2.0]}))
+    again = pd.DataFrame(benchmark_grid(dataclasses.replace(grid, gammas=[1.0, 8.0, 2.0]), cfg))
     assert any("1 cells computed, 3 from cache" in m for m in caplog.messages)
     pd.testing.assert_frame_equal(
         again[again["gamma"] != 2.0].reset_index(drop=True), rows.reset_index(drop=True)

@@ -16,7 +16,7 @@ from pipeline.judge.config import (
     JudgeResources,
     ReferenceRun,
 )
-from pipeline.workflow.config import load_schema
+from pipeline.workflow.schema import load_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -574,6 +574,7 @@ def test_standin_loads_through_the_hub_path(standin, offline, moby_docs):
 
 def test_standin_perturbation_sweep(standin, offline, moby_docs, tmp_path):
     """The perturbation job on the hub stand-in: base and perturbed perplexity of a real model."""
+    from pipeline.sweeps.cells import Grid
     from pipeline.sweeps.perturb_grid import perturbation_grid
 
     _, cache = standin
@@ -582,14 +583,9 @@ def test_standin_perturbation_sweep(standin, offline, moby_docs, tmp_path):
     table = pd.DataFrame({"doc_id": ["a"], "split": ["validation"], "text": [moby_docs[5].text[:300]]})
     table.to_parquet(corpus)
     rows = perturbation_grid(
-        spec,
-        None,
+        Grid(spec, None, [1.0], [0], "t", tmp_path / "cells"),
         corpus,
         {"split": "validation", "batch_size": 4, "max_tokens": None, "seq_len": 128},
-        [1.0],
-        [0],
-        "t",
-        tmp_path / "cells",
     )
     ppl_rows = pd.DataFrame(rows).query("metric == 'ppl'")
     ppl = ppl_rows.set_index("modification")["value"]

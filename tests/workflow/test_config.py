@@ -18,7 +18,7 @@ from workflow_utils import (
 )
 
 from pipeline.data.corpus import CorpusError, Document, build_corpus
-from pipeline.workflow.config import ConfigError, load_schema, validate_config
+from pipeline.workflow.schema import ConfigError, load_schema, validate_config
 
 CASES = [
     ({"pertub": {"gammas": [1]}}, "pertub"),
@@ -201,7 +201,7 @@ THEORY_CASES = [
     ({"theory.finetune.lambdas": [0.0, math.inf]}, "theory.finetune.lambdas: lambda must be finite and >= 0"),
     ({"theory.finetune.learning_rate": math.inf}, "theory.finetune.learning_rate: need a finite value > 0"),
     ({"theory.finetune.alpha": math.inf}, "theory.finetune.alpha: need a finite alpha > 0"),
-    # theory.transfer (pipeline/theory/transfer_config.py; every case: tests/theory/test_transfer.py)
+    # theory.transfer (pipeline/theory/transfer/config.py; every case: tests/theory/test_transfer.py)
     (
         {"theory.transfer.features_are_fate.n": [20, 100]},
         "theory.transfer.features_are_fate.n: grid point n = 100 with d = 100",
@@ -390,17 +390,28 @@ def test_llava_at_paper_scale_places_stage_two_on_the_planners_gpus(tmp_path, ch
     assert stage1 and all("gpu=1" in r.split(", ") for r in stage1), stage1[:2]
 
 
-def test_lora_targets_that_match_nothing_stop_the_run_before_any_job(tmp_path):
-    """Checked on each checkpoint's architecture (meta device) when the run starts: the error names
-    the method's key and lists the model's module names."""
-    lora = {"params": {"lora": {"rank": 4, "target_modules": ["query"]}}}
-    cfg = smoke_config(study="bad-lora", **{"finetune.methods": {"sft": {}, "lo": lora}})
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        (
+            {"lora": {"rank": 4, "target_modules": ["qq_proj"]}},
+            "params.lora.target_modules: 'qq_proj' matches no module",
+        ),
+        ({"modules": ["*.nonexistent.*"]}, "params.modules: '*.nonexistent.*' matches no parameter"),
+    ],
+    ids=["lora-target", "modules-pattern"],
+)
+def test_method_settings_that_match_nothing_stop_the_run_before_any_job(tmp_path, params, message):
+    """Checked on each checkpoint's architecture (meta device) when the run starts, before the
+    pre-training sweep: the error names the method's key and pattern and lists the model's module
+    names."""
+    cfg = smoke_config(study="bad-method", **{"finetune.methods": {"sft": {}, "lo": {"params": params}}})
     res = snakemake(write_config(tmp_path, cfg), "--cores", "1")
     text = res.stdout + res.stderr
     assert res.returncode != 0
-    assert "finetune.methods.lo.params.lora.target_modules: 'query' matches no module" in text, text[-3000:]
+    assert f"finetune.methods.lo.{message}" in text, text[-3000:]
     assert "'q_proj'" in text and "Traceback" not in text, text[-3000:]
-    assert not (ROOT / "results" / "bad-lora").exists()  # no job ran
+    assert not (ROOT / "results" / "bad-method").exists()  # no job ran
 
 
 def test_duplicate_pretraining_seeds_stop_at_start_up():

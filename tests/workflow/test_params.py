@@ -21,7 +21,7 @@ from pipeline.train.config import (
     hyperparameters,
     method_fields,
 )
-from pipeline.workflow.config import ConfigError, check_config, load_schema, validate_config
+from pipeline.workflow.config import check_config
 from pipeline.workflow.params import (
     UNNUMBERED,
     curvature_finetune_params,
@@ -31,6 +31,7 @@ from pipeline.workflow.params import (
     provenance_config,
     task_base_params,
 )
+from pipeline.workflow.schema import ConfigError, load_schema, validate_config
 
 SCHEMA = load_schema(ROOT / "config" / "schema.yaml")
 SECTIONS = {"pretrain": PretrainConfig, "finetune": FinetuneConfig, "curvature": CurvatureConfig}
@@ -159,9 +160,7 @@ def test_run_configs_build_the_same_loop_config():
     )
     assert pt.train_config(100, "cuda").precision == "bf16-mixed"  # null precision: by device
     assert (
-        PretrainConfig(128, 16, 3e-2, [0.9, 0.95], 0.1, 0.1, warmup_steps=5)
-        .train_config(100)
-        .warmup_fraction
+        PretrainConfig(128, 16, 3e-2, [0.9, 0.95], 0.1, 0.1, warmup_steps=5).train_config(100).warmup_fraction
         == 0.05
     )
     ft = FinetuneConfig(warmup_steps=20, schedule="constant")

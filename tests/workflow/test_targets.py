@@ -11,7 +11,8 @@ from workflow_utils import ROOT, smoke_config, workflow_config
 from pipeline import layout
 from pipeline.analysis.figure_registry import FIGURES, figures_of_stage
 from pipeline.workflow import targets
-from pipeline.workflow.config import check_config, load_schema, validate_config
+from pipeline.workflow.config import check_config
+from pipeline.workflow.schema import load_schema, validate_config
 
 SCHEMA = load_schema(ROOT / "config" / "schema.yaml")
 

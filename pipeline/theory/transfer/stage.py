@@ -3,14 +3,14 @@
 one-layer vs deep bridge to the main paper's Section 4.
 
 `run_transfer(theory_cfg, study)` checks `theory.transfer` and runs seven experiments, logging each
-one's time, and returns the rows of results/<study>/theory/transfer.parquet (transfer_table.py):
+one's time, and returns the rows of results/<study>/theory/transfer.parquet (table.py):
 
-* faf_grid, faf_ridge, faf_deep (transfer_faf.py): scratch, linear transfer and depth-1 fine-tuning
+* faf_grid, faf_ridge, faf_deep (faf_runs.py): scratch, linear transfer and depth-1 fine-tuning
   over (n, θ, σ) (their Figs 1, 3, 5); ridge transfer vs λ (Fig. 2, Thm 3.8); a depth-L network
   fine-tuned by gradient descent next to linear teachers' Thm 5.2 (their Thm 3.9 at depth 2);
-* lt_alignment, lt_depth, lt_frozen (transfer_lt.py): covariance alignment (Fig. 1), depth and the
+* lt_alignment, lt_depth, lt_frozen (lt_runs.py): covariance alignment (Fig. 1), depth and the
   O(η) gap of GD to Thm 5.2 (Fig. 2a), frozen first layer (Fig. 3, Thm 5.5);
-* overtraining (transfer_bridge.py): the pre-training loss after fine-tuning vs pre-training time,
+* overtraining (bridge.py): the pre-training loss after fine-tuning vs pre-training time,
   one layer (an exact, monotone mixture) vs the two-layer network (docs/theory.md).
 
 Linear algebra runs with one BLAS thread: the work is thousands of small products, for which extra
@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 from threadpoolctl import threadpool_limits
 
-from pipeline.theory.transfer_bridge import overtraining
-from pipeline.theory.transfer_config import check_transfer
-from pipeline.theory.transfer_faf import faf_deep, faf_grid, faf_ridge
-from pipeline.theory.transfer_lt import lt_alignment, lt_depth, lt_frozen
-from pipeline.theory.transfer_table import transfer_frame
+from pipeline.theory.transfer.bridge import overtraining
+from pipeline.theory.transfer.config import check_transfer
+from pipeline.theory.transfer.faf_runs import faf_deep, faf_grid, faf_ridge
+from pipeline.theory.transfer.lt_runs import lt_alignment, lt_depth, lt_frozen
+from pipeline.theory.transfer.table import transfer_frame
 
 if TYPE_CHECKING:
     import pandas as pd

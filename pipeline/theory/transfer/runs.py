@@ -13,9 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.theory.deep_linear import Chain, balanced_init, gradient_descent, population_grad, sample_grad
-from pipeline.theory.one_layer import pinv_apply
-from pipeline.theory.transfer_table import block, mean_se
+from pipeline.theory.transfer.deep_linear import (
+    Chain,
+    balanced_init,
+    gradient_descent,
+    population_grad,
+    sample_grad,
+)
+from pipeline.theory.transfer.one_layer import pinv_apply
+from pipeline.theory.transfer.table import block, mean_se
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeline.theory.design_moments import inverse_chi2_mean, inverse_wishart_trace, null_fraction
+from pipeline.theory.transfer.design_moments import inverse_chi2_mean, inverse_wishart_trace, null_fraction
 
 if TYPE_CHECKING:
     from pipeline.theory.spectra import Array

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeline.theory.design_moments import (
+from pipeline.theory.transfer.design_moments import (
     chi2_expectation,
     inverse_chi2_mean,
     inverse_wishart_trace,

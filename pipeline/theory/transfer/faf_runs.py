@@ -8,10 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pipeline.theory import features_are_fate as faf
-from pipeline.theory import linear_teachers as lt
-from pipeline.theory.one_layer import draw_features, finetune_risks, ridge_transfer_risks, scratch_risks
-from pipeline.theory.transfer_runs import (
+from pipeline.theory.transfer import features_are_fate as faf
+from pipeline.theory.transfer import linear_teachers as lt
+from pipeline.theory.transfer.one_layer import (
+    draw_features,
+    finetune_risks,
+    ridge_transfer_risks,
+    scratch_risks,
+)
+from pipeline.theory.transfer.runs import (
     FAF,
     cf_rows,
     design_step,

@@ -1,5 +1,5 @@
 """The bridge experiment: the pre-training loss after fine-tuning vs pre-training time on the main
-paper's Section 4 trajectory, one layer (pipeline/theory/overtraining.py) vs two layers; table rows."""
+paper's Section 4 trajectory, one layer (overtraining.py) vs two layers; table rows."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from pipeline.theory.finetuning import finetune_closed_form, finetune_gd
-from pipeline.theory.overtraining import (
+from pipeline.theory.pretraining import pretrain_gradient_flow
+from pipeline.theory.spectra import make_spectrum, mT
+from pipeline.theory.stage import singular_vectors
+from pipeline.theory.transfer.overtraining import (
     converged_one_layer_loss,
     converged_one_layer_samples,
     converged_two_layer,
     population_one_layer_loss,
 )
-from pipeline.theory.pretraining import pretrain_gradient_flow
-from pipeline.theory.spectra import make_spectrum, mT
-from pipeline.theory.stage import singular_vectors
-from pipeline.theory.transfer_runs import BRIDGE, cf_rows, rng, sim_rows
-from pipeline.theory.transfer_table import block
+from pipeline.theory.transfer.runs import BRIDGE, cf_rows, rng, sim_rows
+from pipeline.theory.transfer.table import block
 
 if TYPE_CHECKING:
     import pandas as pd
