@@ -3,6 +3,7 @@ study it reads and its estimates, one per setting, each with its verdict by the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import TYPE_CHECKING
@@ -180,10 +181,24 @@ def tuned_in_domain(t: StudyTables) -> list[Estimate]:
     ]
 
 
+def _at_grid_edge(t: StudyTables, tuned: pd.DataFrame, method: str = "sft") -> pd.Series:
+    """Whether each tuned rate is the smallest or largest rate run at its (checkpoint, task): there
+    the best rate is only bounded (at most or at least the edge)."""
+    runs = t.metrics(f"fine-tuning runs of {method}", modification=method)
+    grid = runs.groupby(["checkpoint", "task"])["learning_rate"].agg(["min", "max"])
+    edges = tuned.join(grid, on=["checkpoint", "task"])
+    return (edges["learning_rate"] == edges["min"]) | (edges["learning_rate"] == edges["max"])
+
+
 def optimal_lr_falls(t: StudyTables) -> list[Estimate]:
     tuned = _tuned(t).drop_duplicates(["checkpoint", "task"])
-    rows = tuned.assign(value=np.log10(tuned["learning_rate"]))
-    return [trend(g, "value", f"{task}", -1, _rng()) for (task,), g in _per(rows, ["task"])]
+    rows = tuned.assign(value=np.log10(tuned["learning_rate"]), edge=_at_grid_edge(t, tuned))
+    out = []
+    for (task,), g in _per(rows, ["task"]):
+        est = trend(g, "value", f"{task}", -1, _rng())
+        note = f"best rate at the grid's edge at {int(g['edge'].sum())} of {len(g)} checkpoints"
+        out.append(dataclasses.replace(est, note=note))
+    return out
 
 
 # --- the data ---------------------------------------------------------------------------------------

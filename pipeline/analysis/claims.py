@@ -99,9 +99,9 @@ U_RULE = (
     "slope over the upper half of the budgets has a 95% interval below 0); otherwise not established"
 )
 TOY = (
-    "toy scale: a 164k-parameter model, budgets of 0.5-8M tokens (0.05-0.73 epochs), 100 fine-tuning "
-    "steps; one corpus mix; cosine to zero at each budget, so a budget's run is not a prefix of a "
-    "longer one"
+    "toy scale: a 164k-parameter model, budgets of a few million tokens (under one epoch: the claim "
+    "'No run repeats data' gives the largest), 100 fine-tuning steps; one corpus mix; cosine to zero "
+    "at each budget, so a budget's run is not a prefix of a longer one"
 )
 
 DATA = "the pre-training corpus and tokenizer of the study (results/<study>/data/)"
@@ -276,7 +276,9 @@ CLAIMS: list[Claim] = [
         "supported if every task's interval lies below 0; contradicted if every one lies above 0; "
         "otherwise not established",
         optimal_lr_falls,
-        confounds=TOY + "; the rate is read off a grid half a decade apart, so the slope moves in steps",
+        confounds=TOY
+        + "; the rate is read off a grid half a decade apart, so the slope moves in steps; a best "
+        "rate at the grid's edge is only bounded (the note counts them)",
     ),
     Claim(
         "lora-overtraining",

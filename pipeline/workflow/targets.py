@@ -358,8 +358,14 @@ def tokenizer_task_tables(config: dict) -> list[str]:
 
 
 def text_task_params(config: dict, task: str) -> dict:
-    """The record of a text task in its fine-tuning jobs (pipeline/tasks/text.py TextTaskSpec): its table."""
-    return {"kind": "text", "name": task, "table": path(config, layout.TASK_TABLE, task=task)}
+    """The record of a text task in its fine-tuning jobs (pipeline/tasks/text.py TextTaskSpec): its table
+    and the study's cache of LM tasks' tokenized training splits (the same tokens, ~9 s less per job)."""
+    return {
+        "kind": "text",
+        "name": task,
+        "table": path(config, layout.TASK_TABLE, task=task),
+        "token_cache": path(config, layout.TOKEN_CACHE),
+    }
 
 
 def coverage_task_tables(config: dict) -> list[str]:

@@ -35,6 +35,20 @@ def test_a_text_record_opens_as_its_tables_kind(study_files):
     assert ChatTask.metrics == ("ppl", "loss")
 
 
+def test_the_workflows_text_record_shares_the_studys_token_cache(study_files, tokenizer, tmp_path, monkeypatch):
+    """The record a fine-tuning rule writes for a text task points its LM training split at the
+    study's token cache, so the study's jobs tokenize the split once (the first writes the cache)."""
+    from pipeline import layout
+    from pipeline.workflow.targets import text_task_params
+
+    monkeypatch.chdir(tmp_path)
+    params = text_task_params({"study": "s"}, "book")
+    assert params["token_cache"] == layout.study_path("s", layout.TOKEN_CACHE)
+    record = TextTaskSpec.record({**params, "table": str(study_files["dir"] / "book.parquet")}, {})
+    record.open().train_batches(tokenizer, 32, 2, seed=0)
+    assert list((tmp_path / params["token_cache"]).glob("*.npy"))
+
+
 def test_job_records_survive_their_json(study_files, tmp_path):
     """What a torchrun rank reads back equals what the rule wrote: nested typed records and the
     task record of either kind (told apart by `kind`)."""
