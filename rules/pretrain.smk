@@ -13,6 +13,8 @@ rule pretrain:
         study_path("logs/pretrain/{model}-{budget}-s{pretrain_seed}.log"),
     benchmark:
         study_path("benchmarks/pretrain/{model}-{budget}-s{pretrain_seed}.tsv")
+    # the sweep before the jobs of its first checkpoints: the longest budget is the critical path
+    priority: 1
     conda:
         "../envs/overtrain.yaml"
     threads: config["pretrain"]["threads"]

@@ -4,8 +4,8 @@
     python -m pipeline.analysis.findings --check                                # docs == rendering
 
 With study directories: the tables the registered claims read (study_tables.TABLES) are copied from each
-`results/<study>/` into `docs/reference/<study>/` (committed), the headline figures into
-`docs/figures/`, and docs/findings.md is rendered from the reference copies alone, as is the
+`results/<study>/` into `docs/reference/<study>/` (committed), the figures the docs show (DOC_FIGURES)
+into `docs/figures/`, and docs/findings.md is rendered from the reference copies alone, as is the
 README's claims table (between `<!-- findings:begin -->` and `<!-- findings:end -->`). A test renders
 both again and compares, so no documented number can drift from the rows it came from. Every
 number in them comes from here: nothing is typed by hand.
@@ -28,7 +28,23 @@ REFERENCE = ROOT / "docs" / "reference"
 FINDINGS = ROOT / "docs" / "findings.md"
 README = ROOT / "README.md"
 FIGURES = ROOT / "docs" / "figures"
-HEADLINE = {"evidence": ["progressive_sensitivity", "finetune_tuned", "pretrain_loss"]}
+# the figures the docs show (docs/figures/<name>.png), each refreshed by `make docs` from one study
+DOC_FIGURES = {
+    "evidence": [
+        "progressive_sensitivity",
+        "inflection_point",
+        "finetune_fixed_lr",
+        "finetune_tuned",
+        "finetune_distance",
+        "pretrain_loss",
+        "curvature_gaussian",
+        "sharpness",
+        "linearization_gap_tokens",
+        "ntk_outcome",
+    ],
+    "default": ["theory_perturbation", "transfer_overtraining"],
+    "vlm-demo": ["vlm_benchmarks"],
+}
 NOTE = "<!-- rendered by `make docs` (pipeline/analysis/findings.py) from docs/reference/: do not edit -->"
 # how to produce each study's tables
 RUN = {
@@ -160,7 +176,8 @@ def readme_with(readme: str, block: str) -> str:
 
 
 def copy_reference(study_dir: Path, reference: Path = REFERENCE) -> list[Path]:
-    """The claim tables of one study into docs/reference/<study>/ (those the study has)."""
+    """The claim tables of one study into docs/reference/<study>/ (those the study has), and the
+    figures the docs show from it into docs/figures/."""
     study = study_dir.name
     out = []
     for rel in TABLES:
@@ -170,7 +187,7 @@ def copy_reference(study_dir: Path, reference: Path = REFERENCE) -> list[Path]:
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dst)
             out.append(dst)
-    for name in HEADLINE.get(study, []):
+    for name in DOC_FIGURES.get(study, []):
         png = study_dir / "figures" / f"{name}.png"
         if png.is_file():
             FIGURES.mkdir(parents=True, exist_ok=True)

@@ -4,6 +4,7 @@ missing, a study's findings page, and the committed findings equal to their rend
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -115,3 +116,15 @@ def test_committed_findings_equal_their_rendering():
     page, readme = findings.rendered()
     assert findings.FINDINGS.read_text() == page
     assert findings.README.read_text() == readme
+
+
+def test_every_figure_the_docs_show_is_refreshed_by_make_docs():
+    """docs/figures/<name>.png named in README.md or docs/*.md is in findings.DOC_FIGURES (one study
+    draws it), so no committed image outlives the code that draws it."""
+    from pipeline.analysis.findings import DOC_FIGURES, ROOT
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    shown = {m for p in pages for m in re.findall(r"figures/([a-z0-9_]+)\.png", p.read_text())}
+    registered = [n for names in DOC_FIGURES.values() for n in names]
+    assert len(registered) == len(set(registered))
+    assert shown == set(registered), shown ^ set(registered)

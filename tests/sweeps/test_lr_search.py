@@ -113,6 +113,7 @@ def _run_rows(lr: float, score: float) -> pd.DataFrame:
             "task": ["code"],
             "lambda_reg": [0.0],
             "checkpoint": ["tiny-1"],
+            "pretrain_seed": [0],
             "budget": [1],
             "learning_rate": [lr],
             "seed": [0],

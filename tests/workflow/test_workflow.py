@@ -32,6 +32,7 @@ AGG = {
     "finetune_figures": 1,
     "curvature_figures": 1,
     "linearization_figures": 1,
+    "findings": 1,
 }
 LINES = {"curvature_lines": 1}  # the table of every line (Gaussian and fine-tuning)
 
