@@ -173,7 +173,7 @@ def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
         ({"finetune.max_steps": 12}, {"finetune": 6, **LINES, **AGG}),
         (
             {"finetune.task_data.mr.max_items.train": 300},
-            {"task_data": 1, "task_base": 3, "finetune": 3, "ntk": 3, **LINES, **AGG},
+            {"task_data": 1, "token_coverage": 1, "task_base": 3, "finetune": 3, "ntk": 3, **LINES, **AGG},
         ),
         ({"finetune.log_every": 3, "finetune.checkpoint_every": 5}, {}),
         ({"eval.benchmarks.num_fewshot": 3}, {}),  # benchmark settings without benchmark tasks
