@@ -12,7 +12,7 @@ import numpy as np
 import seaborn as sns
 
 from pipeline.analysis.seeds import curve_bands
-from pipeline.analysis.style import format_tokens, save_figure, set_style, tuned_curve
+from pipeline.analysis.style import format_tokens, legend_below, save_figure, set_style, tuned_curve
 from pipeline.analysis.sweep_figures import band_note, band_plot, mark_inflections, token_axis
 
 if TYPE_CHECKING:
@@ -135,7 +135,7 @@ def plot_tuned(
     the optimal LR."""
     set_style()
     keys = sorted(tuned.groupby(["model", "task"]).groups)
-    fig, axes = plt.subplots(len(keys), 3, figsize=(16, 4.6 * len(keys)), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(len(keys), 3, figsize=(16, 6.2 * len(keys)), squeeze=False, layout="constrained")
     for row, (model, task) in zip(axes, keys):
         t = tuned[(tuned["model"] == model) & (tuned["task"] == task)]
         o = optimal[(optimal["model"] == model) & (optimal["task"] == task)]
@@ -156,13 +156,15 @@ def plot_tuned(
             )  # over pre-training seeds
             ax.plot(base.index, base.to_numpy(), "k--", marker="s", ms=4, label="base (not fine-tuned)")
             column = "pretrain_inflection" if eval_data == "pretrain" else "id_inflection"
-            for method, x in o[["modification", column]].dropna().itertuples(index=False):
-                label = f"inflection ({method}: {format_tokens(x)} tokens)"
-                ax.axvline(x, color="0.4", ls=":", lw=1.2, label=label)
+            for method, g in o.dropna(subset=[column]).groupby("modification"):  # one per pre-training seed
+                at = ", ".join(format_tokens(x) for x in g[column])
+                for i, x in enumerate(g[column]):
+                    label = f"inflection ({method}; per pre-training seed: {at})" if i == 0 else None
+                    ax.axvline(x, color="0.4", ls=":", lw=1.2, label=label)
             token_axis(ax, ticks=c["budget"])
             ax.set_yscale("log")  # the base model's ID ppl can be orders of magnitude above the tuned
             ax.set_ylabel(f"{quantity} at the tuned LR")
-            ax.legend(fontsize=8, title=bars, title_fontsize=8)
+            legend_below(ax, bars)
         for _, r in o.iterrows():
             seed = r.get("pretrain_seed")
             of_seed = "" if seed is None or seed != seed else f", pre-training seed {int(seed)}"
@@ -175,18 +177,19 @@ def plot_tuned(
             )
             edge = np.asarray(r["lr_at_edge"], bool)
             if edge.any():  # the optimum may lie outside what was run there
+                labelled = "at the grid's edge" in row[2].get_legend_handles_labels()[1]
                 row[2].plot(
                     np.asarray(r["budgets"])[edge],
                     np.asarray(r["optimal_lrs"])[edge],
                     "x",
                     ms=11,
                     color=line.get_color(),
-                    label="at the grid's edge",
+                    label=None if labelled else "at the grid's edge",
                 )
         row[2].set_yscale("log")
         token_axis(row[2], ticks=t["budget"])
         row[2].set_ylabel("optimal learning rate (best ID validation ppl)")
-        row[2].legend(fontsize=8)
+        legend_below(row[2])
         row[0].set_title(f"{model} · {task}: pre-training ppl, tuned LR")
         row[1].set_title(f"{model} · {task}: in-domain ppl, tuned LR")
         row[2].set_title(f"{model} · {task}: optimal LR vs tokens")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -21,6 +22,13 @@ def set_style() -> None:
     plt.rcParams.update(
         {"figure.dpi": 120, "savefig.dpi": 150, "savefig.bbox": "tight", "axes.titleweight": "bold"}
     )
+
+
+def legend_below(ax: plt.Axes, title: str | None = None) -> None:
+    """The axis's legend under it, its title wrapped to the axis's width: a figure's layout
+    (constrained) keeps it clear of the curves, however long the labels."""
+    wrapped = "\n".join(textwrap.wrap(title, 64)) if title else None
+    ax.legend(fontsize=8, title=wrapped, title_fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.17))
 
 
 def save_figure(fig: plt.Figure, stem: str | Path, formats: Iterable[str] = ("png", "pdf")) -> list[Path]:
@@ -53,8 +61,10 @@ def tuned_curve(ax: plt.Axes, rows, **kw) -> str:
 
 
 def format_tokens(x: float, _pos: int | None = None) -> str:
-    """Tick label for a token count: 250K, 4M, 3.1T."""
+    """Tick label for a token count to 2-3 significant digits: 250K, 707K, 1.4M, 4M, 3.1T (budgets
+    √2 apart must not print as 1.41421M)."""
     for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
         if abs(x) >= scale:
-            return f"{x / scale:g}{unit}"
+            v = x / scale
+            return f"{v:.3g}{unit}" if abs(v) >= 100 else f"{v:.2g}{unit}"
     return f"{x:g}"

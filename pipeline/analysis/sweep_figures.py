@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 TOKEN_FMT = FuncFormatter(format_tokens)
+PLAIN_FMT = FuncFormatter(lambda y, _pos: f"{y:g}")
+# a log axis's minor ticks: 2, 3 and 5 of each decade labelled, the rest left blank
+MINOR_FMT = FuncFormatter(lambda y, _pos: f"{y:g}" if y > 0 and f"{y:e}"[0] in "235" else "")
 
 
 def token_axis(
@@ -85,7 +88,9 @@ def plot_progressive_sensitivity(
     models = sorted(d["model"].unique())
     gammas = sorted(d["gamma"].unique())
     palette = dict(zip(gammas, sns.color_palette("viridis", len(gammas))))
-    fig, axes = plt.subplots(len(models), 3, figsize=(15, 4.2 * len(models)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(models), 3, figsize=(15, 4.2 * len(models)), squeeze=False, layout="constrained"
+    )
     for row, model in zip(axes, models):
         dm = d[d["model"] == model]
         for ax, col, ylabel in (
@@ -101,6 +106,8 @@ def plot_progressive_sensitivity(
         row[2].plot(bm["budget"], bm["mean"], "k--", marker="s", label="base (γ = 0)")
         row[2].fill_between(bm["budget"], bm["low"], bm["high"], color="k", alpha=0.1, lw=0)
         row[2].set_yscale("log")
+        row[2].yaxis.set_major_formatter(PLAIN_FMT)  # 100, 200, not 10^2, 2 × 10^2: narrow labels
+        row[2].yaxis.set_minor_formatter(MINOR_FMT)
         mark_inflections(row[2], inflection[inflection["model"] == model], bands, "gamma", palette)
         row[0].set_title(f"{model}: progressive sensitivity")
         row[1].set_title(f"{model}: relative degradation")
