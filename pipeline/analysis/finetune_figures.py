@@ -74,7 +74,7 @@ def plot_fixed_lr(
     sft = d[d["modification"] == "sft"]
     pre = sft[sft["eval_data"] == "pretrain"]
     keys = sorted(pre.groupby(["model", "task"]).groups)
-    fig, axes = plt.subplots(len(keys), 4, figsize=(21, 4.6 * len(keys)), squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(len(keys), 4, figsize=(21, 5.8 * len(keys)), squeeze=False, layout="constrained")
     for row, (model, task) in zip(axes, keys):
         p = pre[(pre["model"] == model) & (pre["task"] == task)]
         keep = plottable_lrs(p, max_pretrain_ppl)
@@ -124,7 +124,7 @@ def plot_fixed_lr(
         row[1].set_title(f"{model} · {task}: pre-training ppl (★ inflection)")
         row[2].set_title(f"{model} · {task}: in-domain ppl")
         row[3].set_title(f"{model} · {task}: absolute Δ pre-training ppl")
-        row[1].legend(title=f"fine-tuning LR\n({note})", fontsize=8, title_fontsize=8)
+        legend_below(row[1], f"fine-tuning LR ({note})")
     return save_figure(fig, stem, formats)
 
 

@@ -20,7 +20,7 @@ from scipy.stats import spearmanr
 
 from pipeline.analysis.stats import finetuned
 from pipeline.analysis.style import format_tokens, save_figure, set_style
-from pipeline.analysis.sweep_figures import token_axis
+from pipeline.analysis.sweep_figures import MINOR_FMT, PLAIN_FMT, token_axis
 
 KEYS = ["checkpoint", "budget", "task", "modification", "learning_rate", "lambda_reg"]
 
@@ -239,7 +239,8 @@ def plot_ntk(
     n_boot: int,
     seed: int,
 ) -> list[Path]:
-    """κ(K + σI) (a line style per σ scale) and λ_max vs tokens; κ at the middle σ scale and λ_max vs
+    """κ(K + σI) (a line style per σ scale) and λ_max vs tokens (each checkpoint a point, the line
+    through the median over pre-training seeds); κ at the middle σ scale and λ_max vs
     the forgetting after fine-tuning at the tuned learning rate, with Spearman ρ over checkpoints and
     its 95% bootstrap interval per task. A colour per task; a marker per kernel (every parameter, or
     what a method trains) when there are several."""
@@ -261,27 +262,18 @@ def plot_ntk(
     def named(kernel: str, text: str) -> str:
         return f"{'all parameters' if kernel == 'none' else kernel}: {text}" if several else text
 
+    def by_budget(ax: plt.Axes, g: pd.DataFrame, column: str, kernel: str, task: str, **line) -> None:
+        """Each checkpoint a point; the line through the median over pre-training seeds per budget."""
+        median = g.groupby("budget")[column].median()
+        ax.plot(median.index, median.to_numpy(), color=colors[task], **line)
+        ax.scatter(g["budget"], g[column], marker=markers[kernel], color=colors[task], s=14, alpha=0.6)
+
     for (kernel, task, scale), g in out.groupby(["kernel", "task", "sigma_scale"]):
-        g = g.sort_values("budget")
-        axes[0].plot(
-            g["budget"],
-            g["kappa"],
-            ls=styles[scale],
-            marker=markers[kernel],
-            color=colors[task],
-            label=named(kernel, f"{task}, σ = {scale:g}·trK/n"),
-        )
+        label = named(kernel, f"{task}, σ = {scale:g}·trK/n")
+        by_budget(axes[0], g, "kappa", kernel, task, ls=styles[scale], label=label)
     per_checkpoint = out.drop_duplicates(["checkpoint", "task", "kernel"])
     for (kernel, task), g in per_checkpoint.groupby(["kernel", "task"]):
-        g = g.sort_values("budget")
-        axes[1].plot(
-            g["budget"],
-            g["lambda_max"],
-            "-",
-            marker=markers[kernel],
-            color=colors[task],
-            label=named(kernel, task),
-        )
+        by_budget(axes[1], g, "lambda_max", kernel, task, ls="-", label=named(kernel, task))
     for ax, label in zip(axes[:2], ("κ(K + σI)", "λ_max(K)")):
         token_axis(ax, ticks=out["budget"])
         ax.set_yscale("log")
@@ -303,6 +295,8 @@ def plot_ntk(
                 label=named(kernel, f"{task}: {rho_text(rho, lo, hi)}"),
             )
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(PLAIN_FMT)  # 100, 200, 300: not overlapping 2 × 10^2 labels
+        ax.xaxis.set_minor_formatter(MINOR_FMT)
         ax.set_xlabel(label)
         ax.set_ylabel("Δ log pre-training ppl at the tuned LR")
         ax.legend(fontsize=7, title="Spearman ρ over checkpoints [95% bootstrap]", title_fontsize=7)
