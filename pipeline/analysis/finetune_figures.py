@@ -124,7 +124,7 @@ def plot_fixed_lr(
         row[1].set_title(f"{model} · {task}: pre-training ppl (★ inflection)")
         row[2].set_title(f"{model} · {task}: in-domain ppl")
         row[3].set_title(f"{model} · {task}: absolute Δ pre-training ppl")
-        legend_below(row[1], f"fine-tuning LR ({note})")
+        legend_below(row[1], f"fine-tuning LR\n({note})")
     return save_figure(fig, stem, formats)
 
 
@@ -158,8 +158,9 @@ def plot_tuned(
             column = "pretrain_inflection" if eval_data == "pretrain" else "id_inflection"
             for method, g in o.dropna(subset=[column]).groupby("modification"):  # one per pre-training seed
                 at = ", ".join(format_tokens(x) for x in g[column])
+                of = f"{method}: {at} tokens" if len(g) == 1 else f"{method}; per pre-training seed: {at}"
                 for i, x in enumerate(g[column]):
-                    label = f"inflection ({method}; per pre-training seed: {at})" if i == 0 else None
+                    label = f"inflection ({of})" if i == 0 else None
                     ax.axvline(x, color="0.4", ls=":", lw=1.2, label=label)
             token_axis(ax, ticks=c["budget"])
             ax.set_yscale("log")  # the base model's ID ppl can be orders of magnitude above the tuned

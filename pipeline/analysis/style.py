@@ -27,7 +27,9 @@ def set_style() -> None:
 def legend_below(ax: plt.Axes, title: str | None = None) -> None:
     """The axis's legend under it, its title wrapped to the axis's width: a figure's layout
     (constrained) keeps it clear of the curves, however long the labels."""
-    wrapped = "\n".join(textwrap.wrap(title, 64)) if title else None
+    wrapped = (
+        "\n".join(line for part in title.split("\n") for line in textwrap.wrap(part, 64)) if title else None
+    )
     ax.legend(fontsize=8, title=wrapped, title_fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.17))
 
 

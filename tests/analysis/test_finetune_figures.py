@@ -23,7 +23,9 @@ def test_fixed_lr_and_distance_legends_say_what_the_band_covers(draw, finetune_m
     fig = draw(plot_fixed_lr, d, base, inflection, "fixed", ["png"])
     n_seeds = d["seed"].nunique()  # the synthetic sweep has one pre-training run
     covered = f"1 pre-training run, {n_seeds} fine-tuning seeds (pre-training variance not included)"
-    assert fig.axes[1].get_legend().get_title().get_text() == f"fine-tuning LR\n(95% band: {covered})"
+    title = fig.axes[1].get_legend().get_title().get_text()  # wrapped to the axis's width
+    assert title.split("\n")[0] == "fine-tuning LR"
+    assert " ".join(title.split("\n")[1:]) == f"(95% band: {covered})"
     fig = draw(plot_distance, finetune_metrics, "distance", ["png"])
     assert fig.axes[0].get_legend().get_title().get_text() == f"pre-training tokens\n({SEED_BAND})"
     assert SEED_BAND == "band: ±1 sd over fine-tuning seeds"
