@@ -19,8 +19,8 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from pipeline.analysis.stats import finetuned
-from pipeline.analysis.style import format_tokens, save_figure, set_style
-from pipeline.analysis.sweep_figures import MINOR_FMT, PLAIN_FMT, token_axis
+from pipeline.analysis.style import format_tokens, plain_log_ticks, save_figure, set_style
+from pipeline.analysis.sweep_figures import token_axis
 
 KEYS = ["checkpoint", "budget", "task", "modification", "learning_rate", "lambda_reg"]
 
@@ -295,8 +295,7 @@ def plot_ntk(
                 label=named(kernel, f"{task}: {rho_text(rho, lo, hi)}"),
             )
         ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(PLAIN_FMT)  # 100, 200, 300: not overlapping 2 × 10^2 labels
-        ax.xaxis.set_minor_formatter(MINOR_FMT)
+        plain_log_ticks(ax.xaxis)
         ax.set_xlabel(label)
         ax.set_ylabel("Δ log pre-training ppl at the tuned LR")
         ax.legend(fontsize=7, title="Spearman ρ over checkpoints [95% bootstrap]", title_fontsize=7)

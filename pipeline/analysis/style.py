@@ -62,6 +62,15 @@ def tuned_curve(ax: plt.Axes, rows, **kw) -> str:
     return "bars: ±1 sd over fine-tuning seeds at the tuned LR"
 
 
+def plain_log_ticks(axis) -> None:
+    """A log axis labelled 100, 200, 300 (the 2, 3 and 5 of each decade), not 10^2, 2 × 10^2: narrow
+    labels that do not run into the next panel."""
+    axis.set_major_formatter(plt.FuncFormatter(lambda y, _pos: f"{y:g}"))
+    axis.set_minor_formatter(
+        plt.FuncFormatter(lambda y, _pos: f"{y:g}" if y > 0 and f"{y:e}"[0] in "235" else "")
+    )
+
+
 def format_tokens(x: float, _pos: int | None = None) -> str:
     """Tick label for a token count to 2-3 significant digits: 250K, 707K, 1.4M, 4M, 3.1T (budgets
     √2 apart must not print as 1.41421M)."""

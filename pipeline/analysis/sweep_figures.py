@@ -13,15 +13,12 @@ import seaborn as sns
 from matplotlib.ticker import FuncFormatter
 
 from pipeline.analysis.seeds import curve_bands, seeds_covered
-from pipeline.analysis.style import format_tokens, save_figure, set_style
+from pipeline.analysis.style import format_tokens, plain_log_ticks, save_figure, set_style
 
 if TYPE_CHECKING:
     import pandas as pd
 
 TOKEN_FMT = FuncFormatter(format_tokens)
-PLAIN_FMT = FuncFormatter(lambda y, _pos: f"{y:g}")
-# a log axis's minor ticks: 2, 3 and 5 of each decade labelled, the rest left blank
-MINOR_FMT = FuncFormatter(lambda y, _pos: f"{y:g}" if y > 0 and f"{y:e}"[0] in "235" else "")
 
 
 def token_axis(
@@ -106,8 +103,7 @@ def plot_progressive_sensitivity(
         row[2].plot(bm["budget"], bm["mean"], "k--", marker="s", label="base (γ = 0)")
         row[2].fill_between(bm["budget"], bm["low"], bm["high"], color="k", alpha=0.1, lw=0)
         row[2].set_yscale("log")
-        row[2].yaxis.set_major_formatter(PLAIN_FMT)  # 100, 200, not 10^2, 2 × 10^2: narrow labels
-        row[2].yaxis.set_minor_formatter(MINOR_FMT)
+        plain_log_ticks(row[2].yaxis)
         mark_inflections(row[2], inflection[inflection["model"] == model], bands, "gamma", palette)
         row[0].set_title(f"{model}: progressive sensitivity")
         row[1].set_title(f"{model}: relative degradation")
