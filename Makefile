@@ -4,7 +4,7 @@ PY      := .venv/bin/python
 STAMP   := .venv/.installed
 CORES   ?= all
 
-.PHONY: setup apt-packages study evidence test smoke demo alpaca-eval-demo vlm-demo lint bench clean docs gpu-check gpu-wheels gpu-kit
+.PHONY: setup apt-packages study evidence wsd test smoke demo alpaca-eval-demo vlm-demo lint bench clean docs gpu-check gpu-wheels gpu-kit
 
 setup: $(STAMP) data/packages/.fetched
 
@@ -31,12 +31,17 @@ apt-packages:
 	@if [ -n "$(SKIP_APT)" ]; then echo "SKIP_APT set: not installing envs/apt-packages.txt"; \
 	else bash envs/install_apt_packages.sh envs/apt-packages.txt; fi
 
-# two pytest-xdist workers; the tests of one study stay on one worker (tests/conftest.py)
 # The evidence study (config/evidence.yaml): 3 pre-training seeds x 7 budgets, the Gaussian and
 # fine-tuning arms; docs/findings.md quotes its registered claims (`make docs`).
 evidence: setup
 	.venv/bin/snakemake --cores $(CORES) --configfile config/evidence.yaml
 
+# The WSD study (config/wsd.yaml): the evidence study's Gaussian arm and fixed-rate fine-tuning on
+# warmup-stable-decay checkpoints (each budget a decay branched from one stable run per seed).
+wsd: setup
+	.venv/bin/snakemake --cores $(CORES) --configfile config/wsd.yaml
+
+# two pytest-xdist workers; the tests of one study stay on one worker (tests/conftest.py)
 test: setup apt-packages
 	$(PY) -m pytest -q -n 2 tests
 
@@ -46,7 +51,7 @@ smoke: setup
 # docs/findings.md and the README's claims table from the finished studies (those of DOCS_STUDIES that
 # exist): the tables the registered claims read go to docs/reference/<study>/, which a test renders
 # and compares with the committed pages (pipeline/analysis/findings.py).
-DOCS_STUDIES ?= results/evidence results/default results/lora results/linearization results/vlm-demo
+DOCS_STUDIES ?= results/evidence results/wsd results/default results/lora results/linearization results/vlm-demo
 docs: setup
 	$(PY) -m pipeline.analysis.findings $(wildcard $(DOCS_STUDIES))
 

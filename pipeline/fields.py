@@ -10,6 +10,10 @@ through `meta`). A leaf module: it imports nothing from pipeline.
 `meta(NUMBERS, recorded=False)` is a field in the identity that rows do not record (e.g. the
 micro-batch: how a batch is computed). Tags are other per-field facts a module keys on, e.g. which
 jobs read the field (`meta(base_eval=True)`), read back with `tagged`.
+
+`meta(NUMBERS, when_set=True)`: a field added after studies existed, whose default reproduces them.
+It joins the identity only when set away from its default, so results made before it existed stay
+valid (their jobs do not rerun, their resume states still load).
 """
 
 from __future__ import annotations
@@ -47,6 +51,12 @@ def is_recorded(f: Field) -> bool:
 
 def tagged(f: Field, tag: str, default: Any = False) -> Any:
     return f.metadata.get(tag, default)
+
+
+def in_identity(f: Field, value: Any) -> bool:
+    """Whether `value` of field `f` is part of a run's identity: NUMBERS fields, a `when_set` one
+    only away from its default."""
+    return changes_numbers(f) and not (tagged(f, "when_set") and value == f.default)
 
 
 def field_named(cls: type, name: str) -> Field:

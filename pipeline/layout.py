@@ -20,6 +20,9 @@ CORPUS_MANIFEST = "data/corpus_manifest.parquet"
 TOKEN_COVERAGE = "data/token_coverage.parquet"
 # one run of the sweep: a save_pretrained dir (+ init_std.json, loss curve, summary.json)
 PRETRAIN_RUN = "pretrain/{model}/seed{pretrain_seed}/{budget}"
+# WSD (pretrain.schedule): the stable run's training state at a branch step, where a budget's decay
+# starts (pipeline/workflow/pretrain_sweep.py)
+PRETRAIN_STABLE = "pretrain/{model}/seed{pretrain_seed}/stable/step{step}"
 PERTURB_PART = "perturb/{checkpoint}.parquet"
 LM_EVAL_PART = "lm_eval/{checkpoint}.parquet"
 TASK_TABLE = "data/tasks/{task}.parquet"

@@ -7,7 +7,7 @@ from snakemake.logging import logger
 from pipeline.data.tasks import TASK_NAMES
 from pipeline.multimodal.config import VLM_TASKS
 from pipeline import layout
-from pipeline.workflow import cluster, multimodal, targets
+from pipeline.workflow import cluster, multimodal, pretrain_sweep, targets
 from pipeline.workflow.config import (
     alpaca_eval_config,
     alpaca_eval_enabled,
@@ -47,6 +47,7 @@ VLM_TASK = "|".join(VLM_TASKS)
 wildcard_constraints:
     model=r"[A-Za-z0-9_.-]+",
     budget=r"\d+",
+    step=r"\d+",
     pretrain_seed=r"\d+",
     checkpoint=r"[A-Za-z0-9._-]+",
     task=f"{TEXT_TASK}|{VLM_TASK}",
@@ -66,6 +67,8 @@ if workflow.is_main_process:
 CHECKPOINTS = check_config(config, check_benchmark_tasks=workflow.is_main_process)
 if workflow.is_main_process and finetune_enabled(config) and finetune_search(config):
     logger.info(targets.search_bound(config, CHECKPOINTS))  # a dry run shows the search's cost
+if workflow.is_main_process and config["checkpoints"]["source"] == "sweep":
+    logger.info(pretrain_sweep.sweep_cost(config))  # a dry run shows the sweep's cost
 DEVICE = config["device"]
 FORMATS = config["analysis"]["figure_formats"]
 
@@ -88,8 +91,20 @@ def figure_outputs(rule):
     }
 
 
-def preset_resources(stage):
-    return cluster.preset_resources(stage, DEVICE, CHECKPOINTS)
+def wsd_decay_input(wildcards):
+    """Under WSD, the stable state a budget's decay branches from."""
+    return pretrain_sweep.decay_inputs(
+        config, wildcards.model, wildcards.pretrain_seed, int(wildcards.budget)
+    )
+
+
+def wsd_stable_input(wildcards):
+    """The stable state a stable segment goes on from (none for the first)."""
+    return pretrain_sweep.stable_inputs(config, wildcards.model, wildcards.pretrain_seed, int(wildcards.step))
+
+
+def preset_resources(stage, ranks=1):
+    return cluster.preset_resources(stage, DEVICE, CHECKPOINTS, ranks)
 
 
 def finetune_resources():

@@ -1,10 +1,13 @@
 # The pre-training sweep: one run per (model preset, pre-training seed, token budget), cosine to zero
-# at the budget.
-# Code: pipeline/train/pretrain.py (train/ runs pre-training and fine-tuning alike).
+# at the budget; or, with pretrain.schedule: wsd, one stable run per (preset, seed) cut at the
+# budgets' branch steps (rule pretrain_stable) and each budget's decay from there (rule pretrain).
+# Code: pipeline/train/pretrain.py (train/ runs pre-training and fine-tuning alike); the WSD DAG:
+# pipeline/workflow/pretrain_sweep.py.
 
 
 rule pretrain:
     input:
+        unpack(wsd_decay_input),
         tokens=study_path(layout.TRAIN_TOKENS),
         tokenizer=study_path(layout.TOKENIZER),
     output:
@@ -19,7 +22,7 @@ rule pretrain:
         "../envs/overtrain.yaml"
     threads: config["pretrain"]["threads"]
     resources:
-        **preset_resources("pretrain"),
+        **preset_resources("pretrain", config["pretrain"]["ranks"]),
     params:
         hp=pretrain_params(config),
         state=lambda wc: study_path(f"pretrain/.resume/{wc.model}-{wc.budget}-s{wc.pretrain_seed}"),
@@ -27,3 +30,28 @@ rule pretrain:
         device=DEVICE,
     script:
         "scripts/pretrain.py"
+
+
+rule pretrain_stable:
+    input:
+        unpack(wsd_stable_input),
+        tokens=study_path(layout.TRAIN_TOKENS),
+        tokenizer=study_path(layout.TOKENIZER),
+    output:
+        directory(study_path(layout.PRETRAIN_STABLE)),
+    log:
+        study_path("logs/pretrain/{model}-stable-step{step}-s{pretrain_seed}.log"),
+    benchmark:
+        study_path("benchmarks/pretrain/{model}-stable-step{step}-s{pretrain_seed}.tsv")
+    priority: 1
+    conda:
+        "../envs/overtrain.yaml"
+    threads: config["pretrain"]["threads"]
+    resources:
+        **preset_resources("pretrain", config["pretrain"]["ranks"]),
+    params:
+        hp=pretrain_params(config),
+        state=lambda wc: study_path(f"pretrain/.resume/{wc.model}-stable-step{wc.step}-s{wc.pretrain_seed}"),
+        device=DEVICE,
+    script:
+        "scripts/pretrain_stable.py"

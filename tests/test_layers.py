@@ -82,7 +82,10 @@ def test_the_architecture_doc_draws_the_layer_order():
     assert " → ".join(f"`{name}`" for name in LAYERS) in (ROOT / "docs" / "architecture.md").read_text()
 
 
-LAUNCHERS = ("pipeline.train.finetune_job",)  # imported by the parent of torchrun, which holds no model
+LAUNCHERS = (  # imported by the parent of torchrun, which holds no model
+    "pipeline.train.finetune_job",
+    "pipeline.train.pretrain_job",
+)
 
 
 def function_level_imports() -> list[tuple[str, int, str]]:

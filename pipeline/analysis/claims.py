@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from pipeline.analysis.claim_stats import (
@@ -439,6 +439,36 @@ CLAIMS: list[Claim] = [
         vlm_forgetting_grows,
         confounds=TOY + "; the small preset (hidden 64) and 3 budgets",
     ),
+]
+
+# The paper's phenomena again on WSD checkpoints (config/wsd.yaml): the same claims, statistics and
+# rules, on the study whose budgets are decays branched from one stable run per seed.
+WSD_CLAIMS = (
+    "gaussian-sensitivity",
+    "gaussian-overtraining",
+    "finetune-sensitivity",
+    "finetune-overtraining",
+)
+WSD_TOY = TOY.replace(
+    "cosine to zero at each budget, so a budget's run is not a prefix of a longer one",
+    "warmup-stable-decay (config/wsd.yaml): each budget a decay over its last steps, branched from one "
+    "stable run per pre-training seed (so the budgets of a seed share their first steps and are not "
+    "independent runs), the same warmup steps at every budget where the cosine runs warm up over a "
+    "share of each",
+)
+CLAIMS += [
+    replace(
+        c,
+        key=f"wsd-{c.key}",
+        title=f"{c.title} under WSD",
+        section="Schedule (WSD)",
+        study="wsd",
+        statement="Under warmup-stable-decay pre-training (each budget a decay branched from one stable "
+        f"run; the evidence study's claim '{c.title}' on cosine runs): {c.statement}",
+        confounds=WSD_TOY,
+    )
+    for c in CLAIMS
+    if c.key in WSD_CLAIMS
 ]
 
 

@@ -49,6 +49,7 @@ NOTE = "<!-- rendered by `make docs` (pipeline/analysis/findings.py) from docs/r
 # how to produce each study's tables
 RUN = {
     "evidence": "make evidence",
+    "wsd": "make wsd",
     "default": "make study",
     "lora": "snakemake --cores all --configfile config/lora.yaml",
     "linearization": "snakemake --cores all --configfile config/linearization.yaml",

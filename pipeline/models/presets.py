@@ -35,6 +35,29 @@ SIZE_PRESETS: dict[str, SizePreset] = {
 }
 
 
+# the preset muP transfers each preset's hyperparameters from (pipeline/models/mup.py); a preset not
+# listed has no muP base
+SIZE_MUP_BASE: dict[str, str] = {
+    # the paper does not state its muP base width: the smallest model of Table 3's family, so the
+    # base model is the standard one and Table 3's single learning rate is its own
+    "olmo-15m": "olmo-15m",
+    "olmo-30m": "olmo-15m",
+    "olmo-90m": "olmo-15m",
+}
+
+
+def mup_base(preset: str) -> SizePreset:
+    """The base preset muP transfers `preset`'s hyperparameters from; an error naming the presets
+    that have one when it has none."""
+    if preset not in SIZE_MUP_BASE:
+        raise ValueError(
+            f"pretrain.parameterization: mup needs a base width, and preset {preset!r} has none; "
+            f"expected one of {sorted(SIZE_MUP_BASE)} (pipeline/models/presets.py SIZE_MUP_BASE), or "
+            "parameterization: standard"
+        )
+    return SIZE_PRESETS[SIZE_MUP_BASE[preset]]
+
+
 def preset_shape(preset: str, vocab: int) -> ModelShape:
     """The shape of a size preset's model for a tokenizer of `vocab` tokens (untied, full attention)."""
     p = SIZE_PRESETS[preset]

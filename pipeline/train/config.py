@@ -27,6 +27,14 @@ from pipeline import fields as roles
 from pipeline.fields import NEITHER, NUMBERS, meta
 
 SCHEDULES = ("cosine", "constant", "constant_with_warmup")
+# the pre-training sweep's schedules: cosine to zero at each budget (the paper), or warmup-stable-decay
+# with each budget a decay branched from one stable run (Hägele et al. 2024, arXiv:2405.18392)
+PRETRAIN_SCHEDULES = ("cosine", "wsd")
+# standard parameterization, or muP (pipeline/models/mup.py: init, per-tensor learning rates, output
+# multiplier and attention scale against each preset's base width)
+PARAMETERIZATIONS = ("standard", "mup")
+# how a WSD decay goes to zero: linearly, or as 1 - sqrt (Hägele et al.'s better cooldown)
+DECAY_SHAPES = ("linear", "1-sqrt")
 # fp32: weights, optimizer state and compute in float32. bf16-mixed: float32 master weights and
 # AdamW state, bfloat16 compute, the loss and logits in float32 (pipeline/train/precision.py).
 PRECISIONS = ("fp32", "bf16-mixed")
@@ -41,6 +49,7 @@ METHOD = meta(NUMBERS, method=True)  # a field a fine-tuning method (finetune.me
 EXECUTION = meta(NEITHER)
 UNRECORDED = meta(NUMBERS, recorded=False)
 BASE_EVAL = meta(NUMBERS, base_eval=True)
+WHEN_SET = meta(NUMBERS, when_set=True)  # in the identity only away from its default (pipeline/fields.py)
 
 LOG_EVERY = 50  # steps between loss log lines (and loss-curve flushes)
 CHECKPOINT_EVERY = 200  # steps between resume states (a killed run resumes from the last one)
@@ -83,11 +92,36 @@ class TrainConfig:
     precision: str = "fp32"  # one of PRECISIONS (resolved: not null)
     checkpoint_every: int = _cadence(CHECKPOINT_EVERY)
     log_every: int = _cadence(LOG_EVERY)
+    decay_steps: int | None = field(default=None, metadata=WHEN_SET)  # schedule wsd: the last steps' decay
+    decay_shape: str = field(default="linear", metadata=WHEN_SET)  # schedule wsd: DECAY_SHAPES
+    # muP: width / base width; the hidden matrices' learning rate is lr / this (None: standard)
+    mup_width_mult: float | None = field(default=None, metadata=WHEN_SET)
+
+    @property
+    def warmup_steps(self) -> int:
+        return int(round(self.warmup_fraction * self.steps))
 
     def fingerprint(self) -> str:
         """Hash of what determines the numbers (not logging/checkpoint cadence)."""
-        d = {k: v for k, v in asdict(self).items() if changes_numbers(type(self), k)}
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+        return _digest(
+            {
+                f.name: getattr(self, f.name)
+                for f in fields(self)
+                if roles.in_identity(f, getattr(self, f.name))
+            }
+        )
+
+    def branch_key(self) -> str:
+        """Hash of what a run started from another run's state must share with it: everything that
+        determines the numbers but the length and the schedule after the warmup (a WSD decay
+        branched from its stable run: pipeline/train/loop.py `branch_from`)."""
+        after_warmup = {"steps", "schedule", "warmup_fraction", "decay_steps", "decay_shape"}
+        d = {f.name: getattr(self, f.name) for f in fields(self) if changes_numbers(type(self), f.name)}
+        return _digest({k: v for k, v in d.items() if k not in after_warmup} | {"warmup": self.warmup_steps})
+
+
+def _digest(d: dict) -> str:
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def warmup_fraction_of(warmup_fraction: float, warmup_steps: int | None, total_steps: int) -> float:
@@ -108,6 +142,7 @@ class PretrainConfig:
         "seeds": "wildcard {pretrain_seed}",
         "allow_repeat": "a start-up check (a budget beyond the training split)",
         "threads": "job threads (cannot change a number)",
+        "ranks": "processes per job, resources.ranks (FSDP2; changes no number beyond float rounding)",
     }
 
     seq_len: int
@@ -122,24 +157,93 @@ class PretrainConfig:
     activation_checkpointing: bool = field(default=False, metadata=EXECUTION)  # recompute per layer
     checkpoint_every: int = _cadence(CHECKPOINT_EVERY)
     log_every: int = _cadence(LOG_EVERY)
+    schedule: str = field(default="cosine", metadata=WHEN_SET)  # PRETRAIN_SCHEDULES
+    decay_fraction: float = field(default=0.2, metadata=WHEN_SET)  # wsd: each budget's last steps' share
+    decay_shape: str = field(default="linear", metadata=WHEN_SET)  # wsd: DECAY_SHAPES
+    parameterization: str = field(default="standard", metadata=WHEN_SET)  # PARAMETERIZATIONS
 
     def __post_init__(self) -> None:
         _check_precision("pretrain", self.precision)
+        if self.parameterization not in PARAMETERIZATIONS:
+            raise ValueError(
+                f"pretrain.parameterization: {self.parameterization!r} is unknown; "
+                f"expected one of {PARAMETERIZATIONS}"
+            )
+        if self.schedule not in PRETRAIN_SCHEDULES:
+            raise ValueError(
+                f"pretrain.schedule: {self.schedule!r} is unknown; expected one of {PRETRAIN_SCHEDULES}"
+            )
+        if self.decay_shape not in DECAY_SHAPES:
+            raise ValueError(
+                f"pretrain.decay_shape: {self.decay_shape!r} is unknown; expected one of {DECAY_SHAPES}"
+            )
+        if not 0 < self.decay_fraction <= 1:
+            raise ValueError(
+                f"pretrain.decay_fraction: {self.decay_fraction}; expected a share of the run in (0, 1]"
+            )
+        if self.schedule == "wsd" and self.warmup_steps is None:
+            raise ValueError(
+                "pretrain.warmup_steps: schedule wsd needs the warmup in steps (every budget branches "
+                "from one stable run, so every budget warms up alike); set it, e.g. to 10% of the "
+                "smallest budget's steps"
+            )
 
-    def train_config(self, steps: int, device: str = "cpu") -> TrainConfig:
-        """The loop's config of a run of `steps` steps on `device`: cosine to zero at the budget."""
+    def train_config(
+        self, steps: int, device: str = "cpu", mup_width_mult: float | None = None
+    ) -> TrainConfig:
+        """The loop's config of a run of `steps` steps on `device`: cosine to zero at the budget, or
+        WSD (warmup, the peak rate, a decay to zero over the last `decay_fraction` of the steps).
+        `mup_width_mult`: the model's width over its base width, under muP."""
+        decay = self.decay_steps(steps) if self.schedule == "wsd" else None
+        return self._loop_config(steps, device, self.schedule, decay, mup_width_mult)
+
+    def stable_config(
+        self, steps: int, device: str = "cpu", mup_width_mult: float | None = None
+    ) -> TrainConfig:
+        """The loop's config of WSD's stable run up to step `steps`: warmup, then the peak rate.
+        Every budget's decay branches from its state (TrainConfig.branch_key)."""
+        return self._loop_config(steps, device, "constant_with_warmup", None, mup_width_mult)
+
+    def _loop_config(
+        self, steps: int, device: str, schedule: str, decay_steps: int | None, mup_width_mult: float | None
+    ) -> TrainConfig:
+        if (self.parameterization == "mup") != (mup_width_mult is not None):
+            raise ValueError(
+                f"pretrain.parameterization {self.parameterization}: the width multiplier is {mup_width_mult}"
+            )
         return TrainConfig(
             steps=steps,
             lr=self.lr,
             betas=tuple(self.betas),
             weight_decay=self.weight_decay,
             warmup_fraction=warmup_fraction_of(self.warmup_fraction, self.warmup_steps, steps),
-            schedule="cosine",
+            schedule=schedule,
             grad_clip=self.grad_clip,
             precision=resolve_precision(self.precision, device),
             checkpoint_every=self.checkpoint_every,
             log_every=self.log_every,
+            decay_steps=decay_steps,
+            decay_shape=self.decay_shape if decay_steps is not None else "linear",
+            mup_width_mult=mup_width_mult,
         )
+
+    def decay_steps(self, steps: int) -> int:
+        """WSD: the steps of a run of `steps` that decay (at least one)."""
+        return max(1, int(round(self.decay_fraction * steps)))
+
+    def branch_step(self, budget: int) -> int:
+        """WSD: the step at which the decay of `budget` leaves the stable run (its state there is the
+        stable job's output); checked: after the warmup."""
+        steps = steps_for_budget(budget, self.batch_size, self.seq_len)
+        start = steps - self.decay_steps(steps)
+        if self.warmup_steps is not None and start < min(self.warmup_steps, steps):
+            raise ValueError(
+                f"pretrain.decay_fraction: the decay of budget {budget:,} ({self.decay_steps(steps)} of its "
+                f"{steps} steps) would start at step {start}, inside the warmup ({self.warmup_steps} steps, "
+                "pretrain.warmup_steps); expected warmup + decay <= the budget's steps: lower either or "
+                "raise the budget"
+            )
+        return start
 
 
 @dataclass(frozen=True)
@@ -275,17 +379,20 @@ def changes_numbers(cls: type, name: str) -> bool:
 def hyperparameters(cls: type, section: dict, base_eval_only: bool = False) -> dict:
     """A rule's `params:` for the run config `cls`: every field that can change a number, from the
     config section or its default (base_eval_only: the BASE_EVAL fields only). Keys of the section
-    that are not fields (OTHER_KEYS) and EXECUTION fields are left out."""
+    that are not fields (OTHER_KEYS) and EXECUTION fields are left out, and `when_set` fields at
+    their defaults (pipeline/fields.py: the results made before such a field existed stay valid)."""
     out = {}
     for f in fields(cls):
         if not roles.changes_numbers(f) or (base_eval_only and not roles.tagged(f, "base_eval")):
             continue
         if f.name in section:
-            out[f.name] = section[f.name]
+            value = section[f.name]
         elif f.default is not MISSING:
-            out[f.name] = f.default
+            value = f.default
         else:
             raise KeyError(f"config key {f.name!r} is required")
+        if roles.in_identity(f, value):
+            out[f.name] = value
     return out
 
 

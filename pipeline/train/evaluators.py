@@ -224,6 +224,13 @@ def curvature_line(t: Trained) -> list[dict]:
     return []
 
 
+def no_line(t: Trained) -> list[dict]:
+    """The empty line table the rule declares when the curvature stage is off (rank 0); no rows."""
+    if t.placement.ranks.main:
+        write_lines(t.job.line_path, [])
+    return []
+
+
 @dataclass(frozen=True)
 class Evaluators:
     """The evaluations of one job, by group (module docstring), in order."""
@@ -238,7 +245,7 @@ def evaluators(job: FinetuneJob) -> Evaluators:
     """The evaluations the job's settings select: always ‖θ_ft − θ_pre‖₂, the in-domain metrics, the
     task's rows and the pre-training perplexity; the suite with benchmark tasks, the responses with
     the judged metric, WiSE-FT with its αs, the gap with its tokens, the line with the curvature
-    stage."""
+    stage (without it, the empty line table the rule declares)."""
     cfg = job.cfg
     return Evaluators(
         before=(distance,),
@@ -248,5 +255,11 @@ def evaluators(job: FinetuneJob) -> Evaluators:
         + ((responses,) if job.generation is not None else ()),
         after=((wise,) if cfg.wise_ft_alphas else ())
         + ((linearization_gap,) if cfg.linearization_tokens else ())
-        + ((curvature_line,) if job.curvature is not None else ()),
+        + (
+            (curvature_line,)
+            if job.curvature is not None
+            else (no_line,)
+            if job.line_path is not None
+            else ()
+        ),
     )

@@ -99,18 +99,14 @@ class FinetuneJob:
 
 
 def execute(job: FinetuneJob, placement) -> list[dict]:
-    """Fine-tune and evaluate (pipeline.train.finetune.finetune_run); rank 0 writes the metric rows
-    (and, with the curvature stage off, the empty line table the rule declares). Returns the metric
-    rows (the same on every rank; [] when stopped as if killed)."""
-    from pipeline.curvature.lines import write_lines
+    """Fine-tune and evaluate (pipeline.train.finetune.finetune_run); rank 0 writes the metric rows.
+    Returns them (the same on every rank; [] when stopped as if killed)."""
     from pipeline.tables import write_metrics
     from pipeline.train.finetune import finetune_run
 
     rows = finetune_run(job, placement)
     if placement.ranks.main:
         write_metrics(job.metrics_path, rows)
-        if job.line_path is not None and job.curvature is None:
-            write_lines(job.line_path, [])
     return rows
 
 

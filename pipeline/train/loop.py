@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from pipeline.data.batches import IGNORE_INDEX
 from pipeline.models.losses import body_hidden, fused_head, fused_linear_cross_entropy
+from pipeline.models.mup import is_hidden
 from pipeline.train import resume
 from pipeline.train.distributed import state_bytes
 from pipeline.train.placement import WHOLE, Whole
@@ -46,20 +47,26 @@ class TrainResult:
 
 
 def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices only (not on norm weights / biases)."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    decay = [p for p in params if p.dim() >= 2]
+    """AdamW with weight decay on matrices only (not on norm weights / biases); under muP
+    (`cfg.mup_width_mult`) the hidden matrices in their own group at lr / m (pipeline/models/mup.py)."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    params = [p for _, p in named]
+    hidden = [p for n, p in named if cfg.mup_width_mult is not None and is_hidden(n, p)]
+    decay = [p for p in params if p.dim() >= 2 and not any(p is h for h in hidden)]
     no_decay = [p for p in params if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if hidden:
+        groups.append({"params": hidden, "weight_decay": cfg.weight_decay, "lr": cfg.lr / cfg.mup_width_mult})
     device = params[0].device
     fused = device.type in ("cuda", "cpu")
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, fused=fused)
 
 
 def make_schedule(optimizer: torch.optim.Optimizer, cfg: TrainConfig) -> torch.optim.lr_scheduler.LambdaLR:
-    """Learning-rate schedule; cosine reaches exactly zero after `cfg.steps` steps."""
-    warmup = int(round(cfg.warmup_fraction * cfg.steps))
-    return lambda_schedule(optimizer, cfg.schedule, warmup, cfg.steps)
+    """Learning-rate schedule; cosine and WSD reach exactly zero after `cfg.steps` steps."""
+    return lambda_schedule(
+        optimizer, cfg.schedule, cfg.warmup_steps, cfg.steps, cfg.decay_steps, cfg.decay_shape
+    )
 
 
 def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -145,13 +152,15 @@ def _save_state(
     scheduler,
     result: TrainResult,
     seconds: float,
-    fingerprint: str,
+    cfg: TrainConfig,
     placement: Whole,
 ) -> None:
-    """Everything a killed run needs to continue bit-identically (pipeline/train/resume.py)."""
+    """Everything a killed run needs to continue bit-identically (pipeline/train/resume.py), and a
+    run branched from it to go on (its branch key)."""
     state = {
         "step": result.steps_done,
-        "fingerprint": fingerprint,
+        "fingerprint": cfg.fingerprint(),
+        "branch": cfg.branch_key(),
         "scheduler": scheduler.state_dict(),
         "rng_cpu": torch.get_rng_state(),
         "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
@@ -173,6 +182,8 @@ def train(
     micro_batch_size: int | None = None,
     placement: Whole = WHOLE,
     proximal_step: ProximalStep | None = None,
+    branch_from: str | Path | None = None,
+    final_state: str | Path | None = None,
 ) -> TrainResult:
     """Train `model` for `cfg.steps` steps on `batch_fn(step)` batches.
 
@@ -190,21 +201,29 @@ def train(
         takes its rows of every global batch and `extra_loss` covers its own shards.
     proximal_step: a step toward the initial weights around each optimizer step (decoupled or
         selective regularisation, pipeline/train/proximal.py).
+    branch_from: another run's state to start from when this run has none of its own (a WSD decay
+        from its stable run): it must share the run's branch key (TrainConfig.branch_key); the
+        run then continues as if it had trained those steps itself, bit for bit.
+    final_state: where to write the state after the last step (a stable run's branch point).
     A non-finite loss stops the run and marks it diverged instead of raising.
     """
     device = next(model.parameters()).device
     optimizer = make_optimizer(model, cfg)
     scheduler = make_schedule(optimizer, cfg)
     result = TrainResult(steps_done=0)
-    fingerprint = cfg.fingerprint()
     state_path = Path(state_path) if state_path else None
     state = resume.load(state_path, model, optimizer) if state_path else None
+    if state is not None and state["fingerprint"] != cfg.fingerprint():
+        raise ValueError(
+            f"resume file {state_path} was written by a run with other hyperparameters; "
+            "delete it to start over"
+        )
+    seconds = state["seconds"] if state is not None else 0.0  # this run's own time
     if state is not None:
-        if state["fingerprint"] != fingerprint:
-            raise ValueError(
-                f"resume file {state_path} was written by a run with other hyperparameters; "
-                "delete it to start over"
-            )
+        log.info("resumed from %s at step %d/%d", state_path, state["step"], cfg.steps)
+    elif branch_from is not None:
+        state = _branch_state(branch_from, model, optimizer, cfg)
+    if state is not None:
         scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng_cpu"])
         if state["rng_cuda"] is not None and torch.cuda.is_available():
@@ -213,10 +232,9 @@ def train(
             steps_done=state["step"],
             losses=state["losses"],
             lrs=state["lrs"],
-            seconds=state["seconds"],
+            seconds=seconds,
             resumed_from=state["step"],
         )
-        log.info("resumed from %s at step %d/%d", state_path, state["step"], cfg.steps)
 
     model.train()
     check_precision(cfg.precision, device)
@@ -302,7 +320,7 @@ def train(
                     scheduler,
                     result,
                     result.seconds + elapsed,
-                    fingerprint,
+                    cfg,
                     placement,
                 )
         if on_step_end is not None:
@@ -311,5 +329,24 @@ def train(
         if stopping:
             break
     result.seconds += time.perf_counter() - t0
+    if final_state is not None and result.steps_done == cfg.steps and not result.diverged:
+        _save_state(Path(final_state), model, optimizer, scheduler, result, result.seconds, cfg, placement)
     model.eval()
     return result
+
+
+def _branch_state(path: str | Path, model, optimizer, cfg: TrainConfig) -> dict:
+    """Load another run's state to go on from (`train`'s branch_from), checked to be a branch point
+    of this run."""
+    state = resume.load(path, model, optimizer)
+    if state is None:
+        raise FileNotFoundError(f"{path}: no training state to branch from")
+    if state.get("branch") != cfg.branch_key():
+        raise ValueError(
+            f"{path}: written by a run this one cannot branch from (other hyperparameters before the "
+            "decay: learning rate, betas, weight decay, warmup, precision, ...)"
+        )
+    if state["step"] > cfg.steps:
+        raise ValueError(f"{path}: its step {state['step']} is past this run's {cfg.steps} steps")
+    log.info("branching from %s at step %d", path, state["step"])
+    return state

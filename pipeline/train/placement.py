@@ -55,6 +55,9 @@ class Whole:
         _recompute(model, recompute)
         return build(model), tokenizer
 
+    def place(self, model: torch.nn.Module, precision: str) -> None:
+        """Place a model built in this process (pre-training): whole, as it is."""
+
     def compute(self, precision: str, device: torch.device):
         """The context of a forward pass: bf16 autocast for bf16-mixed."""
 
@@ -115,6 +118,10 @@ class Sharded(Whole):
         return load_into_shards(
             spec, path, device, self.ranks, lambda m: shard_model(m, precision), build=prepare
         )
+
+    def place(self, model: torch.nn.Module, precision: str) -> None:
+        """Shard a model every rank built alike (pre-training: the same seed): each keeps its shards."""
+        shard_model(model, precision)
 
     def compute(self, precision: str, device: torch.device):
         """Nothing: FSDP2's MixedPrecisionPolicy casts the parameters itself."""

@@ -3,23 +3,128 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 
 from pipeline.data.batches import ChunkSampler
 from pipeline.data.tokenizer import load_tokenizer
 from pipeline.io import atomic_path, write_json
 from pipeline.models.build import build_model, count_parameters, init_std, model_config
-from pipeline.ranks import SINGLE
+from pipeline.models.mup import Mup, attach, fold, folded_init_std, init_weights, mup_of
+from pipeline.models.presets import mup_base
 from pipeline.train import resume
-from pipeline.train.config import PretrainConfig, check_repeat, steps_for_budget
+from pipeline.train.config import PretrainConfig, check_repeat, resolve_precision, steps_for_budget
 from pipeline.train.loop import train
+from pipeline.train.placement import WHOLE, Whole
 from pipeline.train.recompute import enable_activation_checkpointing
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Setup:
+    """What a run of the sweep trains: the tokenizer, the model at its initialisation (and each
+    tensor's std there), the training split and its sampler."""
+
+    tokenizer: object
+    model: torch.nn.Module
+    init_stds: dict[str, float]  # as the saved checkpoint holds each tensor (muP: folded)
+    tokens: np.ndarray
+    sampler: ChunkSampler
+    mup: Mup | None = None  # muP's scalings (pretrain.parameterization: mup)
+    mup_hook: object = None  # its forward hook, until `fold` writes it into the weights
+
+    @property
+    def width_mult(self) -> float | None:
+        return self.mup.mult if self.mup is not None else None
+
+    def fold(self, model: torch.nn.Module) -> torch.nn.Module:
+        """`model` (the trained one, or its gathered copy) as a plain HF checkpoint: muP's multiplier
+        and attention scale folded into its weights."""
+        if self.mup is not None:
+            fold(model, self.mup, self.mup_hook if model is self.model else None)
+        return model
+
+
+def set_up(
+    train_tokens: str | Path,
+    tokenizer_path: str | Path,
+    preset: str,
+    seed: int,
+    cfg: PretrainConfig,
+    device: str,
+    placement: Whole = WHOLE,
+) -> Setup:
+    """The preset's model from initialisation `seed` on `device` (every rank builds the same one,
+    then keeps its shards), and the split in data order `seed`."""
+    tokenizer = load_tokenizer(tokenizer_path)
+    config = model_config(preset, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
+    if cfg.seq_len > config.max_position_embeddings:
+        raise ValueError(
+            f"pretrain.seq_len {cfg.seq_len} exceeds the context of preset {preset!r} "
+            f"({config.max_position_embeddings})"
+        )
+    tokens = np.load(train_tokens, mmap_mode="r")
+    sampler = ChunkSampler(tokens, cfg.seq_len, cfg.batch_size, seed=seed)
+    model = build_model(config, seed=seed)
+    mup = hook = None
+    if cfg.parameterization == "mup":
+        base = mup_base(preset)
+        mup = mup_of(config, base.hidden_size, base.num_attention_heads)
+        init_weights(model, mup, config.initializer_range, seed)
+        hook = attach(model, mup)
+    stds = init_std(model) if mup is None else folded_init_std(init_std(model), mup)
+    model.to(device)
+    if cfg.activation_checkpointing:
+        enable_activation_checkpointing(model)
+    placement.place(model, resolve_precision(cfg.precision, device))
+    return Setup(tokenizer, model, stds, tokens, sampler, mup, hook)
+
+
+def stable_run(
+    train_tokens: str | Path,
+    tokenizer_path: str | Path,
+    preset: str,
+    seed: int,
+    cfg: PretrainConfig,
+    steps: int,
+    out_state: str | Path,
+    state_path: str | Path,
+    branch_from: str | Path | None = None,
+    device: str = "cpu",
+    stop_after: int | None = None,
+    placement: Whole = WHOLE,
+) -> int:
+    """WSD's stable run of (`preset`, `seed`) up to step `steps`, from the previous branch point's state
+    (`branch_from`; None: from initialisation); writes its state at `steps` to `out_state`, the
+    point the decay of a budget branches from. Returns the steps done."""
+    run = set_up(train_tokens, tokenizer_path, preset, seed, cfg, device, placement)
+    log.info(
+        "stable run of %s (seed %d) to step %d (%d tokens)%s",
+        preset,
+        seed,
+        steps,
+        steps * cfg.batch_size * cfg.seq_len,
+        f", from {branch_from}" if branch_from else "",
+    )
+    train_cfg = cfg.stable_config(steps, device, run.width_mult)
+    result = train(
+        run.model,
+        run.sampler.batch,
+        train_cfg,
+        state_path=state_path,
+        stop_after=stop_after,
+        branch_from=branch_from,
+        final_state=out_state,
+        placement=placement,
+    )
+    if result.steps_done == steps:
+        resume.remove(state_path, placement.ranks)
+    return result.steps_done
 
 
 def pretrain_run(
@@ -34,33 +139,27 @@ def pretrain_run(
     device: str = "cpu",
     stop_after: int | None = None,
     allow_repeat: bool = False,
+    branch_from: str | Path | None = None,
+    placement: Whole = WHOLE,
 ) -> dict:
     """Train `preset` on `budget` tokens from initialisation and data order `seed` and write a
-    self-contained checkpoint directory.
+    self-contained checkpoint directory. Under WSD (`pretrain.schedule`) the sweep trains the budget's
+    decay only, from the stable run's state at its branch step (`branch_from`): the same numbers as
+    the whole WSD run, bit for bit.
 
     out_dir gets: the HF model + tokenizer (save_pretrained), init_std.json (per-tensor
     std at initialisation, used by the perturbation), loss_curve.parquet and summary.json (with the
     epochs over the training split: a budget beyond the split repeats data, and stops here before
     any step unless `allow_repeat`).
     """
-    tokenizer = load_tokenizer(tokenizer_path)
-    config = model_config(preset, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
-    if cfg.seq_len > config.max_position_embeddings:
-        raise ValueError(
-            f"pretrain.seq_len {cfg.seq_len} exceeds the context of preset {preset!r} "
-            f"({config.max_position_embeddings})"
-        )
-    tokens = np.load(train_tokens, mmap_mode="r")
-    sampler = ChunkSampler(tokens, cfg.seq_len, cfg.batch_size, seed=seed)
-    train_cfg = cfg.train_config(steps_for_budget(budget, cfg.batch_size, cfg.seq_len), device)
+    run = set_up(train_tokens, tokenizer_path, preset, seed, cfg, device, placement)
+    tokenizer, model, sampler, tokens = run.tokenizer, run.model, run.sampler, run.tokens
+    train_cfg = cfg.train_config(
+        steps_for_budget(budget, cfg.batch_size, cfg.seq_len), device, run.width_mult
+    )
     tokens_per_step = cfg.batch_size * cfg.seq_len
     available = sampler.n_chunks * cfg.seq_len  # the split's tokens in whole training chunks
     check_repeat(budget, train_cfg.steps * tokens_per_step, available, allow_repeat, str(train_tokens))
-    model = build_model(config, seed=seed)
-    stds = init_std(model)
-    model.to(device)
-    if cfg.activation_checkpointing:
-        enable_activation_checkpointing(model)
     log.info(
         "pre-training %s (%d params, seed %d) for %d steps = %d tokens (budget %d, %.2f epochs)",
         preset,
@@ -71,7 +170,15 @@ def pretrain_run(
         budget,
         train_cfg.steps * tokens_per_step / available,
     )
-    result = train(model, sampler.batch, train_cfg, state_path=state_path, stop_after=stop_after)
+    result = train(
+        model,
+        sampler.batch,
+        train_cfg,
+        state_path=state_path,
+        stop_after=stop_after,
+        branch_from=branch_from,
+        placement=placement,
+    )
     if stop_after is not None and result.steps_done < train_cfg.steps:
         return {"stopped_at": result.steps_done}
     summary = {
@@ -92,6 +199,9 @@ def pretrain_run(
         "non_embedding_parameters": count_parameters(model, non_embedding=True),
         "train_tokens_available": int(len(tokens)),
         "epochs": result.steps_done * tokens_per_step / available,  # > 1: data repeated
+        "schedule": cfg.schedule,
+        "parameterization": cfg.parameterization,
+        "decay_start_step": train_cfg.steps - train_cfg.decay_steps if train_cfg.decay_steps else None,
         "hyperparameters": {**asdict(cfg), **asdict(train_cfg), "seed": seed},
     }
     curve = pd.DataFrame(
@@ -102,14 +212,16 @@ def pretrain_run(
         }
     )
     curve["tokens"] = curve["step"] * tokens_per_step
-    with atomic_path(out_dir) as tmp:
-        tmp.mkdir()
-        model.to("cpu").save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        write_json(tmp / "init_std.json", stds)
-        write_json(tmp / "summary.json", summary)
-        curve.to_parquet(tmp / "loss_curve.parquet", index=False)
-    resume.remove(state_path, SINGLE)  # the run is done
+    with placement.whole(model, torch.float32) as whole:  # sharded: gathered on every rank
+        if placement.ranks.main:
+            with atomic_path(out_dir) as tmp:
+                tmp.mkdir()
+                run.fold(whole).to("cpu").save_pretrained(tmp)
+                tokenizer.save_pretrained(tmp)
+                write_json(tmp / "init_std.json", run.init_stds)
+                write_json(tmp / "summary.json", summary)
+                curve.to_parquet(tmp / "loss_curve.parquet", index=False)
+    resume.remove(state_path, placement.ranks)  # the run is done
     log.info(
         "wrote %s (final loss %.4f, %.0f tok/s)",
         out_dir,

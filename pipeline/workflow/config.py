@@ -32,6 +32,7 @@ from pipeline.evaluate.benchmark_registry import (
 from pipeline.judge.config import AlpacaEvalConfig, JudgeConfigError
 from pipeline.layout import format_hparam
 from pipeline.models.checkpoints import CheckpointSpec, study_checkpoints
+from pipeline.models.presets import mup_base
 from pipeline.sweeps.lr_grids import finetune_lr_grid
 from pipeline.sweeps.lr_search import LRSearch, SearchError
 from pipeline.sweeps.lr_search import exhaustive as search_exhaustive
@@ -48,6 +49,7 @@ from pipeline.train.config import (
 from pipeline.train.memory import PlanError
 from pipeline.workflow.multimodal import check_multimodal, text_tasks
 from pipeline.workflow.plans import finetune_plan
+from pipeline.workflow.pretrain_sweep import branch_steps
 from pipeline.workflow.schema import ConfigError
 
 # --- checks the schema cannot express -------------------------------------------------------------
@@ -81,7 +83,17 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
         for budget in pt["budgets"]:
             steps_for_budget(budget, pt["batch_size"], pt["seq_len"])
         specs = study_checkpoints(config)
-        PretrainConfig(**hyperparameters(PretrainConfig, pt))
+        pretrain = PretrainConfig(**hyperparameters(PretrainConfig, pt))
+        if pretrain.schedule == "wsd":
+            branch_steps(config)  # every budget's decay fits after the warmup
+        if pt["batch_size"] % pt["ranks"]:
+            raise ValueError(
+                f"pretrain.batch_size {pt['batch_size']} cannot be split evenly over "
+                f"pretrain.ranks {pt['ranks']}"
+            )
+        if pretrain.parameterization == "mup":
+            for preset in pt["presets"]:
+                mup_base(preset)  # each preset has a base width
         check_budgets_fit(config)
         if finetune_enabled(config):
             for method in finetune_methods(config):

@@ -1,23 +1,21 @@
-"""Rule pretrain: one (preset, pre-training seed, budget) run of the pre-training sweep, resumable."""
+"""Rule pretrain: one (preset, pre-training seed, budget) run of the pre-training sweep (under WSD its
+decay, from the stable run's state), resumable, on the job's ranks (pipeline/train/pretrain_job.py)."""
 
-from pipeline.runtime import pick_device, set_threads, setup_logging
-from pipeline.train.config import PretrainConfig, execution
-from pipeline.train.pretrain import pretrain_run
+from pipeline.runtime import setup_logging
+from pipeline.train.pretrain_job import pretrain_job, run
 
 setup_logging(snakemake.log[0])
-set_threads(snakemake.threads)
-# how the run executes (logging / resume cadence, activation checkpointing) is read from the
-# config, not params: changing it reruns nothing
-cfg = PretrainConfig(**snakemake.params.hp, **execution(PretrainConfig, snakemake.config["pretrain"]))
-pretrain_run(
-    train_tokens=snakemake.input.tokens,
-    tokenizer_path=snakemake.input.tokenizer,
-    preset=snakemake.wildcards.model,
-    budget=int(snakemake.wildcards.budget),
-    seed=int(snakemake.wildcards.pretrain_seed),
-    cfg=cfg,
-    out_dir=snakemake.output[0],
+job = pretrain_job(
+    snakemake.params.hp,
+    snakemake.config["pretrain"],
+    snakemake.input,
+    snakemake.wildcards,
+    out=snakemake.output[0],
     state_path=snakemake.params.state,
-    device=pick_device(snakemake.params.device),
+    device=snakemake.params.device,
+    ranks=snakemake.resources.ranks,
+    threads=snakemake.threads,
+    budget=int(snakemake.wildcards.budget),
     allow_repeat=snakemake.params.allow_repeat,
 )
+run(job, snakemake.params.state + ".job.json")

@@ -11,6 +11,7 @@ import pytest
 from workflow_utils import ROOT, owned_by_dataclass, smoke_config, workflow_config
 
 from pipeline.curvature.config import CurvatureConfig
+from pipeline.fields import tagged
 from pipeline.train.config import (
     EXECUTION,
     FinetuneConfig,
@@ -121,9 +122,15 @@ def test_params_are_the_fields_that_change_numbers():
     assert set(hp) == {f.name for f in fields(FinetuneConfig) if f.metadata != EXECUTION}
     assert hp["max_steps"] == 16 and hp["warmup_steps"] is None  # from the config / the default
     assert set(task_base_params(cfg)) == {"seq_len", "eval_batch_size", "eval_max_tokens"}
+    # every field that changes numbers; one added later (`when_set`: the schedule, muP) only once set
     assert set(pretrain_params(cfg)) == {
-        f.name for f in fields(PretrainConfig) if changes_numbers(PretrainConfig, f.name)
+        f.name
+        for f in fields(PretrainConfig)
+        if changes_numbers(PretrainConfig, f.name) and not tagged(f, "when_set")
     }
+    cfg["pretrain"]["schedule"] = "wsd"
+    assert pretrain_params(cfg)["schedule"] == "wsd" and "decay_fraction" not in pretrain_params(cfg)
+    cfg["pretrain"]["schedule"] = "cosine"
     # the job's config: params + EXECUTION fields from the config, the same values as the config's
     ft = FinetuneConfig(**hp, **execution(FinetuneConfig, cfg["finetune"]))
     assert (ft.batch_size, ft.seq_len, ft.log_every) == (8, 64, cfg["finetune"].get("log_every", 50))
@@ -166,10 +173,13 @@ def test_run_configs_build_the_same_loop_config():
     ft = FinetuneConfig(warmup_steps=20, schedule="constant")
     assert ft.train_config(10, 1e-3) == TrainConfig(10, 1e-3, (0.9, 0.999), 0.0, 1.0, "constant", 1.0)
     train = TrainConfig(50, 1e-3)
-    numbers = {k: v for k, v in asdict(train).items() if k not in ("checkpoint_every", "log_every")}
+    # the fingerprint resume files store: the same as before the fields added later (WSD, muP) existed
+    added = ("decay_steps", "decay_shape", "mup_width_mult")
+    numbers = {k: v for k, v in asdict(train).items() if k not in ("checkpoint_every", "log_every", *added)}
     assert (
         train.fingerprint() == hashlib.sha256(json.dumps(numbers, sort_keys=True).encode()).hexdigest()[:16]
     )
+    assert TrainConfig(50, 1e-3, decay_steps=10).fingerprint() != train.fingerprint()
     assert "micro_batch_size" not in ft.recorded() and "log_every" not in ft.recorded()
     assert "activation_checkpointing" not in ft.recorded() and ft.recorded()["precision"] is None
 
@@ -210,6 +220,7 @@ def test_each_method_reruns_only_its_jobs():
     bad = workflow_config(
         smoke_config(**{"finetune.methods": {"d": {"proximal": "decoupled"}}, "finetune.lambdas": [0.0, 1e4]})
     )
+    validate_config(bad, SCHEMA)  # as the Snakefile does before check_config
     with pytest.raises(ConfigError, match=r"finetune.methods.d.proximal: the decoupled step .* λη > 1"):
         check_config(bad, check_benchmark_tasks=False)
     lora_sharded = {"finetune.methods": {"lora": lora}, "finetune.wise_ft_alphas": [0, 1]}

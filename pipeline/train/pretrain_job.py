@@ -1,0 +1,135 @@
+"""Rules pretrain and pretrain_stable's job: a typed record of one run of the pre-training sweep
+(`PretrainJob`, JSON on disk for a job on N ranks) and its one entry point, `execute`, whichever way
+the job runs, as fine-tuning's (pipeline/train/finetune_job.py):
+
+- in the rule's own process: `execute(job, Whole())`;
+- on N ranks: `python -m pipeline.train.pretrain_job job.json` under torchrun
+  (pipeline/train/launch.py), each rank `execute(job, Sharded(ranks))`: every rank builds the same
+  model from the seed and keeps its FSDP2 shards, takes its rows of each global batch, and writes
+  its shards of the resume state (torch.distributed.checkpoint); rank 0 writes the checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from pipeline.records import from_dict
+from pipeline.runtime import pick_device, set_threads, setup_rank_logging
+from pipeline.train.config import COLLECTIVE_TIMEOUT_S, PretrainConfig, execution
+from pipeline.train.launch import run_on_ranks as launch
+
+MODULE = "pipeline.train.pretrain_job"
+
+
+@dataclass(frozen=True)
+class PretrainJob:
+    """One run of the sweep: a budget's run (`budget`; under WSD its decay, from `branch_from`) or a
+    segment of WSD's stable run (`stable_steps`, from the previous branch point `branch_from`)."""
+
+    train_tokens: str
+    tokenizer_path: str
+    preset: str
+    seed: int
+    cfg: PretrainConfig
+    out: str  # the checkpoint directory (a budget), or the state at the branch step (a segment)
+    state_path: str  # this run's own resume state, removed at the end
+    budget: int | None = None
+    stable_steps: int | None = None
+    branch_from: str | None = None
+    allow_repeat: bool = False
+    device: str = "cpu"  # auto | cpu | cuda; the entry points resolve it (pipeline.runtime.pick_device)
+    ranks: int = 1  # processes (1 GPU each on CUDA); > 1: FSDP2 under torchrun
+    threads: int = 1
+    stop_after: int | None = None  # stop as if killed after this many steps (tests of resumption)
+
+    def __post_init__(self) -> None:
+        if (self.budget is None) == (self.stable_steps is None):
+            raise ValueError("a pre-training job trains a budget or a stable segment: exactly one of the two")
+        if self.cfg.batch_size % self.ranks:
+            raise ValueError(
+                f"pretrain.batch_size {self.cfg.batch_size} cannot be split evenly over "
+                f"pretrain.ranks {self.ranks}"
+            )
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> PretrainJob:
+        return from_dict(cls, json.loads(text))
+
+
+def pretrain_job(hp: dict, section: dict, inputs, wildcards, **fields) -> PretrainJob:
+    """A rule's job record: the hyperparameters from its params (`hp`), how the run executes from the
+    config section (cadence, activation checkpointing: changing them reruns nothing), the data and
+    the branch point from its inputs, the preset and seed from its wildcards."""
+    cfg = PretrainConfig(**hp, **execution(PretrainConfig, section))
+    return PretrainJob(
+        train_tokens=inputs.tokens,
+        tokenizer_path=inputs.tokenizer,
+        preset=wildcards.model,
+        seed=int(wildcards.pretrain_seed),
+        cfg=cfg,
+        branch_from=inputs.get("branch"),
+        **fields,
+    )
+
+
+def execute(job: PretrainJob, placement) -> None:
+    """Train the job's run where `placement` puts the model (pipeline.train.pretrain)."""
+    from pipeline.train.pretrain import pretrain_run, stable_run
+
+    common = dict(
+        train_tokens=job.train_tokens,
+        tokenizer_path=job.tokenizer_path,
+        preset=job.preset,
+        seed=job.seed,
+        cfg=job.cfg,
+        state_path=job.state_path,
+        branch_from=job.branch_from,
+        device=job.device,
+        stop_after=job.stop_after,
+        placement=placement,
+    )
+    if job.stable_steps is not None:
+        stable_run(steps=job.stable_steps, out_state=job.out, **common)
+    else:
+        pretrain_run(budget=job.budget, out_dir=job.out, allow_repeat=job.allow_repeat, **common)
+
+
+def run(job: PretrainJob, job_file: str | Path) -> None:
+    """The job where its record says: in this process (1 rank), else on its ranks (`job_file` holds
+    the record they read)."""
+    from pipeline.train.placement import Whole
+
+    if job.ranks > 1:
+        per_rank = replace(job, threads=max(1, job.threads // job.ranks))
+        launch(MODULE, per_rank.to_json(), job.ranks, job_file, per_rank.threads)
+    else:
+        set_threads(job.threads)
+        execute(replace(job, device=pick_device(job.device)), Whole())
+
+
+def main(job_file: str) -> None:
+    """One rank of a job started by torchrun: the model sharded over the job's ranks."""
+    import torch.distributed as dist
+
+    from pipeline.train.distributed import init_ranks
+    from pipeline.train.placement import Sharded
+
+    job = PretrainJob.from_json(Path(job_file).read_text())
+    ranks, device = init_ranks(pick_device(job.device), COLLECTIVE_TIMEOUT_S)
+    setup_rank_logging(ranks.rank)
+    set_threads(job.threads)
+    try:
+        execute(replace(job, device=device), Sharded(ranks))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,101 @@
+"""The pre-training sweep's DAG under WSD, and what the sweep costs under each schedule.
+
+Under `pretrain.schedule: wsd` every (preset, seed) has one stable run, cut into jobs at the budgets'
+branch steps (the step where a budget's decay leaves it): job `pretrain_stable` at step k goes on
+from the state of the branch step before k. Each budget's `pretrain` job is then only its decay,
+from the stable state at its branch step. A new budget adds its decay job and, where its branch
+step is new, one stable segment (the segment after it then starts from the new one's state: the
+same numbers, recomputed). Light: the Snakefile calls it at parse time.
+"""
+
+from __future__ import annotations
+
+from pipeline import layout
+from pipeline.models.presets import preset_shape
+from pipeline.train.config import PretrainConfig, hyperparameters, steps_for_budget
+
+
+def pretrain_config(config: dict) -> PretrainConfig:
+    return PretrainConfig(**hyperparameters(PretrainConfig, config["pretrain"]))
+
+
+def is_wsd(config: dict) -> bool:
+    return pretrain_config(config).schedule == "wsd"
+
+
+def branch_steps(config: dict) -> list[int]:
+    """WSD: the stable run's branch steps, one per budget (two budgets may share one), ascending."""
+    cfg = pretrain_config(config)
+    return sorted({cfg.branch_step(b) for b in config["pretrain"]["budgets"]})
+
+
+def stable_state(config: dict, model: str, seed: int | str, step: int) -> str:
+    return layout.study_path(
+        config["study"], layout.PRETRAIN_STABLE, model=model, pretrain_seed=seed, step=step
+    )
+
+
+def previous_branch(config: dict, step: int) -> int | None:
+    """The branch step the stable segment to `step` goes on from (None: from initialisation)."""
+    earlier = [s for s in branch_steps(config) if s < step]
+    return earlier[-1] if earlier else None
+
+
+def stable_inputs(config: dict, model: str, seed: str, step: int) -> dict[str, str]:
+    """Rule pretrain_stable's state input: the previous branch point's state, if any."""
+    before = previous_branch(config, step)
+    return {} if before is None else {"branch": stable_state(config, model, seed, before)}
+
+
+def decay_inputs(config: dict, model: str, seed: str, budget: int) -> dict[str, str]:
+    """Rule pretrain's state input under WSD: the stable state at the budget's branch step."""
+    if not is_wsd(config):
+        return {}
+    return {"branch": stable_state(config, model, seed, pretrain_config(config).branch_step(budget))}
+
+
+def sweep_steps(config: dict) -> dict[str, int]:
+    """Optimiser steps of one (preset, seed)'s sweep: cosine trains every budget from scratch; WSD
+    the stable run to its last branch step, plus every budget's decay."""
+    pt, cfg = config["pretrain"], pretrain_config(config)
+    steps = [steps_for_budget(b, pt["batch_size"], pt["seq_len"]) for b in pt["budgets"]]
+    return {
+        "cosine": sum(steps),
+        "wsd": max(s - cfg.decay_steps(s) for s in steps) + sum(cfg.decay_steps(s) for s in steps),
+    }
+
+
+def flops_per_token(preset: str, vocab: int, seq_len: int) -> float:
+    """Training FLOPs per token: 6 x the matmul parameters (the blocks and the output layer) plus the
+    attention scores and their use (12 x layers x width x context; Kaplan et al. 2020, Table 1)."""
+    shape = preset_shape(preset, vocab)
+    return (
+        6.0 * (shape.layers * shape.layer_params + vocab * shape.hidden)
+        + 12.0 * shape.layers * shape.hidden * seq_len
+    )
+
+
+def sweep_cost(config: dict) -> str:
+    """The sweep's tokens and GPU-hours under cosine and under WSD (shown at start-up, dry runs too)."""
+    pt = config["pretrain"]
+    per_step = pt["batch_size"] * pt["seq_len"]
+    steps = sweep_steps(config)
+    peak, mfu = config["gpu"]["peak_tflops"], config["gpu"]["mfu"]
+    vocab = config["tokenizer"]["vocab_size"]
+    runs = len(pt["seeds"])
+    lines = [
+        f"pre-training sweep ({len(pt['budgets'])} budgets x {runs} seed(s) per preset), "
+        f"schedule {pretrain_config(config).schedule}:"
+    ]
+    for preset in pt["presets"]:
+        flops = flops_per_token(preset, vocab, pt["seq_len"])
+        cells = []
+        for name in ("cosine", "wsd"):
+            tokens = steps[name] * per_step * runs
+            hours = tokens * flops / (peak * 1e12 * mfu) / 3600
+            cells.append(f"{name} {tokens:,} tokens, {hours:,.3g} GPU-hours")
+        lines.append(
+            f"  {preset}: " + "; ".join(cells) + f" (WSD/cosine {steps['wsd'] / steps['cosine']:.2f})"
+        )
+    lines.append(f"  GPU-hours at {mfu:.0%} MFU of {peak:g} TFLOP/s (gpu.mfu, gpu.peak_tflops)")
+    return "\n".join(lines)

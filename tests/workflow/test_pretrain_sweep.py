@@ -1,0 +1,101 @@
+"""The pre-training sweep under WSD as DAG edges (pipeline/workflow/pretrain_sweep.py): the stable run
+cut at the budgets' branch steps, each budget's decay from there, what the sweep costs, and the
+settings that stop at start-up (muP's included)."""
+
+import re
+
+import pytest
+from workflow_utils import ROOT, smoke_config, snakemake, workflow_config
+
+from pipeline import layout
+from pipeline.workflow.config import check_config
+from pipeline.workflow.pretrain_sweep import (
+    branch_steps,
+    decay_inputs,
+    stable_inputs,
+    sweep_cost,
+    sweep_steps,
+)
+from pipeline.workflow.schema import ConfigError, load_schema, validate_config
+
+WSD = {"pretrain.schedule": "wsd", "pretrain.warmup_steps": 2}
+
+
+def config(**overrides) -> dict:
+    cfg = workflow_config(smoke_config(study="wsd-test", **overrides))
+    validate_config(cfg, load_schema(ROOT / "config" / "schema.yaml"))
+    return cfg
+
+
+def test_the_stable_run_is_a_chain_of_segments_and_each_budget_decays_from_its_branch_step():
+    cfg = config(**WSD)  # budgets 16,384 / 65,536 / 262,144 tokens = 32 / 128 / 512 steps of 8 x 64
+    assert branch_steps(cfg) == [26, 102, 410]  # 20% of each budget's steps decay
+
+    def stable(step):
+        return layout.study_path("wsd-test", layout.PRETRAIN_STABLE, model="tiny", pretrain_seed=0, step=step)
+
+    assert stable_inputs(cfg, "tiny", "0", 26) == {}  # from initialisation
+    assert stable_inputs(cfg, "tiny", "0", 102) == {"branch": stable(26)}
+    assert stable_inputs(cfg, "tiny", "0", 410) == {"branch": stable(102)}
+    assert decay_inputs(cfg, "tiny", "0", 65536) == {"branch": stable(102)}
+    assert decay_inputs(config(), "tiny", "0", 65536) == {}  # cosine: every budget from scratch
+
+
+def test_a_new_budget_adds_one_decay_job_and_one_stable_segment(tmp_path):
+    """The forced dry run's job counts: 3 budgets give 3 stable segments and 3 decays; a fourth budget
+    one more of each (on top of the cosine sweep's jobs, which the schedule does not change)."""
+
+    def jobs(budgets) -> dict[str, int]:
+        from workflow_utils import write_config
+
+        cfg = smoke_config(study="wsd-test", **WSD, **{"pretrain.budgets": budgets})
+        res = snakemake(write_config(tmp_path, cfg), "-n", "--forceall", "--cores", "1", "--quiet", "rules")
+        text = res.stdout + res.stderr
+        assert res.returncode == 0, text[-3000:]
+        return {r: int(n) for r, n in re.findall(r"^(pretrain\w*)\s+(\d+)$", text, re.M)}
+
+    assert jobs([16384, 65536, 262144]) == {"pretrain": 3, "pretrain_stable": 3}
+    assert jobs([16384, 65536, 131072, 262144]) == {"pretrain": 4, "pretrain_stable": 4}
+
+
+def test_a_seven_budget_sweep_under_wsd_trains_under_six_tenths_of_cosines_tokens():
+    """Seven budgets sqrt(2) apart (config/wsd.yaml): the stable run to the largest branch step plus
+    every decay against every budget from scratch, as the start-up log prints it."""
+    budgets = [500000, 707107, 1000000, 1414214, 2000000, 2828427, 4000000]
+    cfg = config(**WSD, **{"pretrain.budgets": budgets, "pretrain.seq_len": 128, "pretrain.batch_size": 16})
+    steps = sweep_steps(cfg)
+    assert steps["wsd"] / steps["cosine"] <= 0.6
+    text = sweep_cost(cfg)
+    assert (
+        f"cosine {steps['cosine'] * 16 * 128:,} tokens" in text
+        and f"wsd {steps['wsd'] * 16 * 128:,} tokens" in text
+    )
+    assert "GPU-hours at 30% MFU of 312 TFLOP/s" in text
+
+
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        ({"pretrain.schedule": "wsd"}, "pretrain.warmup_steps: schedule wsd needs the warmup in steps"),
+        (
+            {**WSD, "pretrain.warmup_steps": 30},
+            "pretrain.decay_fraction: the decay of budget 16,384 (6 of its 32 steps) would start at step 26, "
+            "inside the warmup (30 steps",
+        ),
+        ({"pretrain.ranks": 3}, "pretrain.batch_size 8 cannot be split evenly over pretrain.ranks 3"),
+        (
+            {"pretrain.parameterization": "mup"},
+            "pretrain.parameterization: mup needs a base width, and preset 'tiny' has none; expected one of "
+            "['olmo-15m', 'olmo-30m', 'olmo-90m']",
+        ),
+    ],
+)
+def test_bad_wsd_settings_stop_at_start_up(change, needle):
+    with pytest.raises(ConfigError) as err:
+        check_config(config(**change), check_benchmark_tasks=False)
+    assert needle in str(err.value)
+
+
+def test_a_decay_longer_than_the_budget_is_a_schema_error():
+    with pytest.raises(ConfigError, match="decay_fraction"):
+        config(**WSD, **{"pretrain.decay_fraction": 1.5})
