@@ -36,8 +36,8 @@ apt-packages:
 evidence: setup
 	.venv/bin/snakemake --cores $(CORES) --configfile config/evidence.yaml
 
-# The WSD study (config/wsd.yaml): the evidence study's Gaussian arm and fixed-rate fine-tuning on
-# warmup-stable-decay checkpoints (each budget a decay branched from one stable run per seed).
+# The WSD study (config/wsd.yaml): the default study's arms on warmup-stable-decay checkpoints (each
+# budget a decay branched from one stable run); docs/findings.md sets its claims beside the default's.
 wsd: setup
 	.venv/bin/snakemake --cores $(CORES) --configfile config/wsd.yaml
 

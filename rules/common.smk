@@ -5,6 +5,7 @@ from dataclasses import asdict
 from snakemake.logging import logger
 
 from pipeline.data.tasks import TASK_NAMES
+from pipeline.data.token_shards import shard_set
 from pipeline.multimodal.config import VLM_TASKS
 from pipeline import layout
 from pipeline.workflow import cluster, multimodal, pretrain_sweep, targets
@@ -89,6 +90,12 @@ def figure_outputs(rule):
         )
         for f in figures_of_rule(rule)
     }
+
+
+def pretrain_tokens():
+    """What pre-training reads: the shards of pretrain.token_shards, else the study's split."""
+    shards = config["pretrain"]["token_shards"]
+    return list(shard_set(shards).paths) if shards else study_path(layout.TRAIN_TOKENS)
 
 
 def wsd_decay_input(wildcards):

@@ -8,7 +8,7 @@
 rule pretrain:
     input:
         unpack(wsd_decay_input),
-        tokens=study_path(layout.TRAIN_TOKENS),
+        tokens=pretrain_tokens(),
         tokenizer=study_path(layout.TOKENIZER),
     output:
         directory(study_path(layout.PRETRAIN_RUN)),
@@ -35,7 +35,7 @@ rule pretrain:
 rule pretrain_stable:
     input:
         unpack(wsd_stable_input),
-        tokens=study_path(layout.TRAIN_TOKENS),
+        tokens=pretrain_tokens(),
         tokenizer=study_path(layout.TOKENIZER),
     output:
         directory(study_path(layout.PRETRAIN_STABLE)),

@@ -441,34 +441,52 @@ CLAIMS: list[Claim] = [
     ),
 ]
 
-# The paper's phenomena again on WSD checkpoints (config/wsd.yaml): the same claims, statistics and
-# rules, on the study whose budgets are decays branched from one stable run per seed.
-WSD_CLAIMS = (
+# The paper's phenomena on WSD checkpoints beside cosine ones (config/wsd.yaml: the default study's
+# arms, its pre-training on warmup-stable-decay): the same claims, statistics and rules on the two
+# studies, which differ only in the schedule (and the warmup it needs).
+SCHEDULE_CLAIMS = (
     "gaussian-sensitivity",
     "gaussian-overtraining",
     "finetune-sensitivity",
     "finetune-overtraining",
 )
-WSD_TOY = TOY.replace(
+SCHEDULE_TOY = (
+    "the default study's scale: one pre-training seed, so the intervals leave pre-training variance "
+    "out, and 4 budgets 2x apart; " + TOY
+)
+WSD_TOY = SCHEDULE_TOY.replace(
     "cosine to zero at each budget, so a budget's run is not a prefix of a longer one",
     "warmup-stable-decay (config/wsd.yaml): each budget a decay over its last steps, branched from one "
-    "stable run per pre-training seed (so the budgets of a seed share their first steps and are not "
-    "independent runs), the same warmup steps at every budget where the cosine runs warm up over a "
-    "share of each",
+    "stable run (so the budgets share their first steps and are not independent runs), the same warmup "
+    "steps at every budget where the cosine runs warm up over a share of each",
 )
+SCHEDULES_COMPARED = {  # study: (key prefix, title suffix, statement prefix, confounds)
+    "default": (
+        "cosine",
+        "(cosine)",
+        "On the default study's cosine checkpoints (the WSD study's twin)",
+        SCHEDULE_TOY,
+    ),
+    "wsd": (
+        "wsd",
+        "(WSD)",
+        "On warmup-stable-decay checkpoints (each budget a decay branched from one stable run)",
+        WSD_TOY,
+    ),
+}
 CLAIMS += [
     replace(
         c,
-        key=f"wsd-{c.key}",
-        title=f"{c.title} under WSD",
-        section="Schedule (WSD)",
-        study="wsd",
-        statement="Under warmup-stable-decay pre-training (each budget a decay branched from one stable "
-        f"run; the evidence study's claim '{c.title}' on cosine runs): {c.statement}",
-        confounds=WSD_TOY,
+        key=f"{prefix}-{c.key}",
+        title=f"{c.title} {suffix}",
+        section="Schedule: WSD beside cosine",
+        study=study,
+        statement=f"{lead}: {c.statement}",
+        confounds=confounds,
     )
-    for c in CLAIMS
-    if c.key in WSD_CLAIMS
+    for study, (prefix, suffix, lead, confounds) in SCHEDULES_COMPARED.items()
+    for c in list(CLAIMS)
+    if c.key in SCHEDULE_CLAIMS
 ]
 
 

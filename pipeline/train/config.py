@@ -143,6 +143,7 @@ class PretrainConfig:
         "allow_repeat": "a start-up check (a budget beyond the training split)",
         "threads": "job threads (cannot change a number)",
         "ranks": "processes per job, resources.ranks (FSDP2; changes no number beyond float rounding)",
+        "token_shards": "pre-tokenized training data: rule pretrain's inputs (pipeline/data/token_shards.py)",
     }
 
     seq_len: int

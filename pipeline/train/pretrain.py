@@ -11,6 +11,7 @@ import pandas as pd
 import torch
 
 from pipeline.data.batches import ChunkSampler
+from pipeline.data.token_shards import ShardSet, TokenStream, open_tokens
 from pipeline.data.tokenizer import load_tokenizer
 from pipeline.io import atomic_path, write_json
 from pipeline.models.build import build_model, count_parameters, init_std, model_config
@@ -33,7 +34,7 @@ class Setup:
     tokenizer: object
     model: torch.nn.Module
     init_stds: dict[str, float]  # as the saved checkpoint holds each tensor (muP: folded)
-    tokens: np.ndarray
+    tokens: np.ndarray | TokenStream
     sampler: ChunkSampler
     mup: Mup | None = None  # muP's scalings (pretrain.parameterization: mup)
     mup_hook: object = None  # its forward hook, until `fold` writes it into the weights
@@ -51,16 +52,18 @@ class Setup:
 
 
 def set_up(
-    train_tokens: str | Path,
+    train_tokens: str | Path | None,
     tokenizer_path: str | Path,
     preset: str,
     seed: int,
     cfg: PretrainConfig,
     device: str,
     placement: Whole = WHOLE,
+    token_shards: ShardSet | None = None,
 ) -> Setup:
     """The preset's model from initialisation `seed` on `device` (every rank builds the same one,
-    then keeps its shards), and the split in data order `seed`."""
+    then keeps its shards), and the training tokens (the study's split, or `token_shards`) in data
+    order `seed`."""
     tokenizer = load_tokenizer(tokenizer_path)
     config = model_config(preset, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
     if cfg.seq_len > config.max_position_embeddings:
@@ -68,7 +71,7 @@ def set_up(
             f"pretrain.seq_len {cfg.seq_len} exceeds the context of preset {preset!r} "
             f"({config.max_position_embeddings})"
         )
-    tokens = np.load(train_tokens, mmap_mode="r")
+    tokens = open_tokens(train_tokens, token_shards)
     sampler = ChunkSampler(tokens, cfg.seq_len, cfg.batch_size, seed=seed)
     model = build_model(config, seed=seed)
     mup = hook = None
@@ -86,7 +89,7 @@ def set_up(
 
 
 def stable_run(
-    train_tokens: str | Path,
+    train_tokens: str | Path | None,
     tokenizer_path: str | Path,
     preset: str,
     seed: int,
@@ -98,11 +101,12 @@ def stable_run(
     device: str = "cpu",
     stop_after: int | None = None,
     placement: Whole = WHOLE,
+    token_shards: ShardSet | None = None,
 ) -> int:
     """WSD's stable run of (`preset`, `seed`) up to step `steps`, from the previous branch point's state
     (`branch_from`; None: from initialisation); writes its state at `steps` to `out_state`, the
     point the decay of a budget branches from. Returns the steps done."""
-    run = set_up(train_tokens, tokenizer_path, preset, seed, cfg, device, placement)
+    run = set_up(train_tokens, tokenizer_path, preset, seed, cfg, device, placement, token_shards)
     log.info(
         "stable run of %s (seed %d) to step %d (%d tokens)%s",
         preset,
@@ -128,7 +132,7 @@ def stable_run(
 
 
 def pretrain_run(
-    train_tokens: str | Path,
+    train_tokens: str | Path | None,
     tokenizer_path: str | Path,
     preset: str,
     budget: int,
@@ -141,6 +145,7 @@ def pretrain_run(
     allow_repeat: bool = False,
     branch_from: str | Path | None = None,
     placement: Whole = WHOLE,
+    token_shards: ShardSet | None = None,
 ) -> dict:
     """Train `preset` on `budget` tokens from initialisation and data order `seed` and write a
     self-contained checkpoint directory. Under WSD (`pretrain.schedule`) the sweep trains the budget's
@@ -152,14 +157,15 @@ def pretrain_run(
     epochs over the training split: a budget beyond the split repeats data, and stops here before
     any step unless `allow_repeat`).
     """
-    run = set_up(train_tokens, tokenizer_path, preset, seed, cfg, device, placement)
+    run = set_up(train_tokens, tokenizer_path, preset, seed, cfg, device, placement, token_shards)
     tokenizer, model, sampler, tokens = run.tokenizer, run.model, run.sampler, run.tokens
     train_cfg = cfg.train_config(
         steps_for_budget(budget, cfg.batch_size, cfg.seq_len), device, run.width_mult
     )
     tokens_per_step = cfg.batch_size * cfg.seq_len
     available = sampler.n_chunks * cfg.seq_len  # the split's tokens in whole training chunks
-    check_repeat(budget, train_cfg.steps * tokens_per_step, available, allow_repeat, str(train_tokens))
+    split = "pretrain.token_shards" if token_shards is not None else str(train_tokens)
+    check_repeat(budget, train_cfg.steps * tokens_per_step, available, allow_repeat, split)
     log.info(
         "pre-training %s (%d params, seed %d) for %d steps = %d tokens (budget %d, %.2f epochs)",
         preset,

@@ -16,6 +16,7 @@ import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from pipeline.data.token_shards import ShardSet, shard_set
 from pipeline.records import from_dict
 from pipeline.runtime import pick_device, set_threads, setup_rank_logging
 from pipeline.train.config import COLLECTIVE_TIMEOUT_S, PretrainConfig, execution
@@ -29,7 +30,7 @@ class PretrainJob:
     """One run of the sweep: a budget's run (`budget`; under WSD its decay, from `branch_from`) or a
     segment of WSD's stable run (`stable_steps`, from the previous branch point `branch_from`)."""
 
-    train_tokens: str
+    train_tokens: str | None  # the study's split (data/train_tokens.npy), or None with `token_shards`
     tokenizer_path: str
     preset: str
     seed: int
@@ -44,6 +45,7 @@ class PretrainJob:
     ranks: int = 1  # processes (1 GPU each on CUDA); > 1: FSDP2 under torchrun
     threads: int = 1
     stop_after: int | None = None  # stop as if killed after this many steps (tests of resumption)
+    token_shards: ShardSet | None = None  # `pretrain.token_shards`: pre-tokenized data to train on
 
     def __post_init__(self) -> None:
         if (self.budget is None) == (self.stable_steps is None):
@@ -67,8 +69,10 @@ def pretrain_job(hp: dict, section: dict, inputs, wildcards, **fields) -> Pretra
     config section (cadence, activation checkpointing: changing them reruns nothing), the data and
     the branch point from its inputs, the preset and seed from its wildcards."""
     cfg = PretrainConfig(**hp, **execution(PretrainConfig, section))
+    shards = shard_set(section["token_shards"]) if section.get("token_shards") else None
     return PretrainJob(
-        train_tokens=inputs.tokens,
+        train_tokens=None if shards else inputs.tokens,
+        token_shards=shards,
         tokenizer_path=inputs.tokenizer,
         preset=wildcards.model,
         seed=int(wildcards.pretrain_seed),
@@ -93,6 +97,7 @@ def execute(job: PretrainJob, placement) -> None:
         device=job.device,
         stop_after=job.stop_after,
         placement=placement,
+        token_shards=job.token_shards,
     )
     if job.stable_steps is not None:
         stable_run(steps=job.stable_steps, out_state=job.out, **common)

@@ -24,6 +24,7 @@ from pipeline import layout
 from pipeline.curvature.config import CurvatureConfig
 from pipeline.data.task_items import TaskError
 from pipeline.data.tasks import TASK_NAMES, task_files, task_kind
+from pipeline.data.token_shards import check_shards, shard_set
 from pipeline.evaluate.benchmark_registry import (
     BenchmarkError,
     benchmark_config,
@@ -56,21 +57,41 @@ from pipeline.workflow.schema import ConfigError
 
 
 def check_budgets_fit(config: dict) -> None:
-    """Every budget fits the training split (pretrain.allow_repeat aside), checked before any job
-    where the split is tokenized already with the config's corpus and tokenizer settings (its record,
+    """Every budget fits the training tokens (pretrain.allow_repeat aside), checked before any job:
+    the shards of `pretrain.token_shards` (checked whole first), or the study's split where it is
+    tokenized already with the config's corpus and tokenizer settings (its record,
     data/train_tokens.json); otherwise each pre-training job checks its own budget as it starts."""
     pt = config["pretrain"]
-    info = Path(layout.study_path(config["study"], layout.TRAIN_TOKENS_INFO))
-    if pt["allow_repeat"] or config["checkpoints"]["source"] != "sweep" or not info.is_file():
+    if config["checkpoints"]["source"] != "sweep":
         return
-    made = json.loads(info.read_text())
-    if made.get("corpus") != config["corpus"] or made.get("tokenizer") != config["tokenizer"]:
-        return  # the split will be made again
-    available = chunked_tokens(made["tokens"], pt["seq_len"])
+    if pt.get("token_shards"):
+        shards = shard_set(pt["token_shards"])
+        tokens, where = check_shards(shards, tokenizer_vocab(config["tokenizer"])), "pretrain.token_shards"
+    else:
+        info = Path(layout.study_path(config["study"], layout.TRAIN_TOKENS_INFO))
+        if not info.is_file():
+            return
+        made = json.loads(info.read_text())
+        if made.get("corpus") != config["corpus"] or made.get("tokenizer") != config["tokenizer"]:
+            return  # the split will be made again
+        tokens, where = made["tokens"], str(info.with_suffix(".npy"))
+    if pt["allow_repeat"]:
+        return
+    available = chunked_tokens(tokens, pt["seq_len"])
     per_step = pt["batch_size"] * pt["seq_len"]
     for budget in pt["budgets"]:
         trained = steps_for_budget(budget, pt["batch_size"], pt["seq_len"]) * per_step
-        check_repeat(budget, trained, available, False, str(info.with_suffix(".npy")))
+        check_repeat(budget, trained, available, False, where)
+
+
+def tokenizer_vocab(section: dict) -> int:
+    """The vocabulary size of the study's tokenizer: `vocab_size`, or a tokenizer file's own (its
+    largest id + 1, added tokens included)."""
+    if section["kind"] != "file":
+        return section["vocab_size"]
+    spec = json.loads(Path(section["path"]).read_text())
+    ids = list(spec["model"]["vocab"].values()) + [t["id"] for t in spec.get("added_tokens", [])]
+    return max(ids) + 1
 
 
 def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, CheckpointSpec]:
