@@ -94,7 +94,7 @@ def figure_outputs(rule):
 
 def pretrain_tokens():
     """What pre-training reads: the shards of pretrain.token_shards, else the study's split."""
-    shards = config["pretrain"]["token_shards"]
+    shards = config["pretrain"].get("token_shards")
     return list(shard_set(shards).paths) if shards else study_path(layout.TRAIN_TOKENS)
 
 
