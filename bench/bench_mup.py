@@ -102,19 +102,23 @@ def final_loss(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     tail = losses[-max(1, steps // 10) :]
     return sum(tail) / len(tail) if all(math.isfinite(v) for v in tail) else math.inf
 
 
 def moby_tokens(vocab: int) -> np.ndarray:
     """Moby-Dick (a pinned data package) through a byte-level BPE of `vocab` trained on it."""
+    import tempfile
+
     from pipeline.data.corpus import load_embedded
-    from pipeline.data.tokenizer import token_stream, train_bpe
+    from pipeline.data.tokenizer import as_hf_tokenizer, token_stream, train_bpe
 
     docs = load_embedded("moby_dick", ROOT / "data" / "packages")
     texts = [d.text for d in docs[:200]]
-    return np.asarray(token_stream(train_bpe(texts, vocab_size=vocab), texts))
+    with tempfile.TemporaryDirectory() as tmp:
+        train_bpe(texts, vocab_size=vocab).save(f"{tmp}/tokenizer.json")
+        return np.asarray(token_stream(as_hf_tokenizer(f"{tmp}/tokenizer.json"), texts))
 
 
 def main() -> None:
@@ -123,6 +127,8 @@ def main() -> None:
     ap.add_argument("--coord-lr", type=float, default=1e-2)
     ap.add_argument("--transfer-steps", type=int, default=150)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--lr-from", type=int, default=4, help="the grid's first rate is 1e-3 x 2^this")
+    ap.add_argument("--skip-coord", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     vocab = 512
@@ -132,7 +138,7 @@ def main() -> None:
         f"## coordinate check: mean |x| after t Adam steps at lr {args.coord_lr} "
         f"(head dim {HEAD_DIM}, base width {BASE_WIDTH})"
     )
-    for param in ("standard", "mup"):
+    for param in () if args.skip_coord else ("standard", "mup"):
         check = coordinate_check(widths, param, tokens, args.coord_steps, args.coord_lr, vocab)
         for where in ("embedding", "hidden", "logits"):
             print(f"\n{param} / {where}: t = " + " ".join(f"{t:>8d}" for t in range(args.coord_steps + 1)))
@@ -143,7 +149,7 @@ def main() -> None:
                 f"  width {widths[-1]} / width {widths[0]} at t = {args.coord_steps}: "
                 f"{last[-1] / last[0]:.2f}"
             )
-    lrs = [2.0**k * 1e-3 for k in range(0, 8)]  # 1e-3 ... 0.128, 2x apart
+    lrs = [2.0**k * 1e-3 for k in range(args.lr_from, args.lr_from + 7)]  # 2x apart
     transfer_widths = [32, 64, 128]
     print(
         f"\n## learning-rate transfer: final training loss after {args.transfer_steps} steps (grid 2x apart)"

@@ -62,6 +62,7 @@ class Claim:
     combine: Callable[[list[str]], str] = all_of
     confounds: str = ""  # what in the toy setup could produce the result besides the claim
     tables: tuple[str, ...] = field(default=("metrics.parquet",))
+    replica_of: str | None = None  # the key of the claim this one repeats on another study
 
 
 @dataclass(frozen=True)
@@ -483,6 +484,7 @@ CLAIMS += [
         study=study,
         statement=f"{lead}: {c.statement}",
         confounds=confounds,
+        replica_of=c.key,
     )
     for study, (prefix, suffix, lead, confounds) in SCHEDULES_COMPARED.items()
     for c in list(CLAIMS)

@@ -154,7 +154,10 @@ def findings_for(claims: list[Claim], reference: Path = REFERENCE) -> list[Findi
 def study_findings(study_dir: Path, study: str) -> str:
     """A study's own findings page (rule `findings`): every claim on this study's tables."""
     tables = StudyTables(study_dir, study)
-    findings = [evaluate(Claim(**{**vars(c), "study": study}), tables) for c in CLAIMS]
+    # every claim on this study's tables, once (a replica repeats its original on another study)
+    findings = [
+        evaluate(Claim(**{**vars(c), "study": study}), tables) for c in CLAIMS if c.replica_of is None
+    ]
     intro = INTRO.replace(
         "Rendered from the studies' tables in docs/reference/.", f"Rendered from results/{study}/."
     )

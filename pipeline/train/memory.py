@@ -215,11 +215,15 @@ def gap_bytes(shape: ModelShape, params: int, ranks: int, max_tokens: int) -> in
 
 @dataclass(frozen=True)
 class GpuSettings:
-    """The `gpu:` section: one GPU's memory (GB, as sold), GPUs per node, the fraction left free."""
+    """The `gpu:` section: one GPU's memory (GB, as sold), GPUs per node, the fraction left free; and
+    its dense bf16 peak and the model FLOPs utilisation the sweep's GPU-hours assume
+    (pipeline/workflow/pretrain_sweep.py)."""
 
     memory_gb: float = 80.0
     per_node: int = 8
     headroom: float = HEADROOM
+    peak_tflops: float = 312.0  # an A100's (the paper's 8xA100)
+    mfu: float = 0.3
 
 
 def plan_run(

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pipeline import layout
 from pipeline.models.presets import preset_shape
 from pipeline.train.config import PretrainConfig, hyperparameters, steps_for_budget
+from pipeline.train.memory import GpuSettings
 
 
 def pretrain_config(config: dict) -> PretrainConfig:
@@ -80,7 +81,8 @@ def sweep_cost(config: dict) -> str:
     pt = config["pretrain"]
     per_step = pt["batch_size"] * pt["seq_len"]
     steps = sweep_steps(config)
-    peak, mfu = config["gpu"]["peak_tflops"], config["gpu"]["mfu"]
+    gpu = GpuSettings(**config["gpu"])
+    peak, mfu = gpu.peak_tflops, gpu.mfu
     vocab = config["tokenizer"]["vocab_size"]
     runs = len(pt["seeds"])
     lines = [
