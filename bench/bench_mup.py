@@ -7,10 +7,11 @@ learning-rate transfer, on CPU-sized OLMo-architecture models of growing width.
    printed per width and step. Under muP the columns stay flat across widths; under standard
    parameterization the logits (and hidden states) grow with width.
 2. Learning-rate transfer: widths 32, 64, 128 (base width 32) trained on Moby-Dick tokens at a grid
-   of learning rates 2x apart; the best rate per width is printed. Under muP the best rate stays
-   within one grid step across widths; under standard parameterization it moves.
+   of learning rates 2x apart (0.032 ... 2.048); the best rate per width is printed, and how many
+   grid steps apart the widths' best rates are (docs/benchmarks.md has a run's figures).
 
-usage: python bench/bench_mup.py [--coord-steps 5] [--transfer-steps 150] [--threads 2]
+usage: python bench/bench_mup.py [--coord-steps 5] [--transfer-steps 150] [--threads 2] [--lr-from 5]
+       [--skip-coord]
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def main() -> None:
     ap.add_argument("--coord-lr", type=float, default=1e-2)
     ap.add_argument("--transfer-steps", type=int, default=150)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--lr-from", type=int, default=4, help="the grid's first rate is 1e-3 x 2^this")
+    ap.add_argument("--lr-from", type=int, default=5, help="the grid's first rate is 1e-3 x 2^this")
     ap.add_argument("--skip-coord", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
