@@ -94,3 +94,29 @@ def test_bad_shard_sets_stop_at_start_up(tokens, tmp_path):
         f"pretrain.budgets: budget {budget:,} tokens exceeds the training split (pretrain.token_shards"
         in (shards_error(tmp_path, {"paths": whole, "dtype": "uint16"}))
     )
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 1000, 4097])
+def test_an_order_too_large_to_hold_is_a_seeded_permutation_in_constant_memory(n):
+    """Above `in_memory` examples an epoch's order is a keyed Feistel permutation: every example once
+    per epoch, the same for the same (seed, epoch), another for the next epoch; below it, numpy's
+    permutation as before (the studies' orders unchanged)."""
+    from pipeline.data.batches import EpochOrder
+
+    order = EpochOrder(n, seed=3, in_memory=0)
+    first, second = order.take(0, n), order.take(n, n)
+    assert sorted(first) == sorted(second) == list(range(n))
+    assert first == EpochOrder(n, seed=3, in_memory=0).take(0, n)
+    if n > 3:
+        assert first != second and first != EpochOrder(n, seed=4, in_memory=0).take(0, n)
+    assert EpochOrder(n, seed=3).take(0, n) == np.random.default_rng([3, 0]).permutation(n).tolist()
+
+
+def test_a_paper_scale_order_costs_no_memory():
+    """128B tokens in chunks of 1024: 125M examples, drawn index by index (no 1 GiB array)."""
+    from pipeline.data.batches import EpochOrder
+
+    order = EpochOrder(125_000_000, seed=0)
+    picks = order.take(10**9, 256)
+    assert len(set(picks)) == 256 and all(0 <= p < 125_000_000 for p in picks)
+    assert not isinstance(order._order(10**9 // 125_000_000), np.ndarray)
