@@ -85,6 +85,7 @@ def test_the_architecture_doc_draws_the_layer_order():
 LAUNCHERS = (  # imported by the parent of torchrun, which holds no model
     "pipeline.train.finetune_job",
     "pipeline.train.pretrain_job",
+    "pipeline.train.launch",
 )
 
 

@@ -20,10 +20,10 @@ from pipeline.evaluate.benchmark_registry import BenchmarkSettings  # noqa: TC00
 from pipeline.evaluate.generation_config import Responses  # noqa: TC001
 from pipeline.models.checkpoints import CheckpointSpec  # noqa: TC001
 from pipeline.records import from_dict
-from pipeline.runtime import pick_device, set_threads, setup_rank_logging
+from pipeline.runtime import pick_device, set_threads
 from pipeline.tasks.registry import SPECS, TaskSpec  # noqa: TC001
 from pipeline.train.config import FinetuneConfig  # noqa: TC001
-from pipeline.train.launch import run_on_ranks as launch
+from pipeline.train.launch import launch_job, run_rank
 from pipeline.train.memory import GpuSettings  # noqa: TC001
 
 MODULE = "pipeline.train.finetune_job"
@@ -130,26 +130,13 @@ def run_in_process(job: FinetuneJob) -> list[dict]:
 def run_on_ranks(job: FinetuneJob, job_file: str | Path) -> None:
     """The job on its `ranks` processes under torchrun (each with its share of the job's threads),
     the model sharded (any rank count, one included); raises if a rank fails."""
-    per_rank = replace(job, threads=max(1, job.threads // job.ranks))
-    launch(MODULE, per_rank.to_json(), job.ranks, job_file, per_rank.threads)
+    launch_job(MODULE, job, job_file)
 
 
 def main(job_file: str) -> None:
     """One rank of a job started by torchrun: the model sharded over the job's ranks."""
-    import torch.distributed as dist
-
-    from pipeline.train.distributed import init_ranks
-    from pipeline.train.placement import Sharded
-
     job = FinetuneJob.from_json(Path(job_file).read_text())
-    ranks, device = init_ranks(pick_device(job.device), job.cfg.collective_timeout_s)
-    setup_rank_logging(ranks.rank)
-    set_threads(job.threads)
-    try:
-        execute(replace(job, device=device), Sharded(ranks))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    run_rank(job, execute, job.cfg.collective_timeout_s)
 
 
 if __name__ == "__main__":

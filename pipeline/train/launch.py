@@ -14,9 +14,13 @@ import logging
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from pipeline.io import atomic_path
+from pipeline.runtime import pick_device, set_threads, setup_rank_logging
 
 log = logging.getLogger(__name__)
 
@@ -49,3 +53,28 @@ def run_on_ranks(module: str, job_json: str, ranks: int, job_file: str | Path, t
             f"the {ranks}-rank job ({module}) failed with exit status {done.returncode}; each rank's "
             "messages are above in this log (a rank's failure stops the others)"
         )
+
+
+def launch_job(module: str, job: Any, job_file: str | Path) -> None:
+    """A job record (with `ranks`, `threads`, `to_json`) on its ranks: `module`'s `main` on each,
+    with its share of the job's threads."""
+    per_rank = replace(job, threads=max(1, job.threads // job.ranks))
+    run_on_ranks(module, per_rank.to_json(), job.ranks, job_file, per_rank.threads)
+
+
+def run_rank(job: Any, execute: Callable[[Any, Any], object], timeout_s: float) -> None:
+    """One rank of a job torchrun started: join the process group, log as this rank, run
+    `execute(job on this rank's device, Sharded(ranks))`, leave the group."""
+    import torch.distributed as dist
+
+    from pipeline.train.distributed import init_ranks
+    from pipeline.train.placement import Sharded
+
+    ranks, device = init_ranks(pick_device(job.device), timeout_s)
+    setup_rank_logging(ranks.rank)
+    set_threads(job.threads)
+    try:
+        execute(replace(job, device=device), Sharded(ranks))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

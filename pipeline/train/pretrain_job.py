@@ -15,12 +15,13 @@ import json
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from pipeline.data.token_shards import ShardSet, shard_set
 from pipeline.records import from_dict
-from pipeline.runtime import pick_device, set_threads, setup_rank_logging
+from pipeline.runtime import pick_device, set_threads
 from pipeline.train.config import COLLECTIVE_TIMEOUT_S, PretrainConfig, execution
-from pipeline.train.launch import run_on_ranks as launch
+from pipeline.train.launch import launch_job, run_rank
 
 MODULE = "pipeline.train.pretrain_job"
 
@@ -64,21 +65,30 @@ class PretrainJob:
         return from_dict(cls, json.loads(text))
 
 
-def pretrain_job(hp: dict, section: dict, inputs, wildcards, **fields) -> PretrainJob:
-    """A rule's job record: the hyperparameters from its params (`hp`), how the run executes from the
-    config section (cadence, activation checkpointing: changing them reruns nothing), the data and
-    the branch point from its inputs, the preset and seed from its wildcards."""
-    cfg = PretrainConfig(**hp, **execution(PretrainConfig, section))
+def rule_job(rule: Any) -> PretrainJob:
+    """The job record of a `pretrain` or `pretrain_stable` rule's job (its `snakemake` object): the
+    hyperparameters from its params, how the run executes from the config section (cadence,
+    activation checkpointing: changing them reruns nothing), the data and the branch point from its
+    inputs, the preset, seed and budget (or stable step) from its wildcards."""
+    section, wc = rule.config["pretrain"], rule.wildcards
+    cfg = PretrainConfig(**rule.params.hp, **execution(PretrainConfig, section))
     shards = shard_set(section["token_shards"]) if section.get("token_shards") else None
     return PretrainJob(
-        train_tokens=None if shards else inputs.tokens,
+        train_tokens=None if shards else rule.input.tokens,
         token_shards=shards,
-        tokenizer_path=inputs.tokenizer,
-        preset=wildcards.model,
-        seed=int(wildcards.pretrain_seed),
+        tokenizer_path=rule.input.tokenizer,
+        preset=wc.model,
+        seed=int(wc.pretrain_seed),
         cfg=cfg,
-        branch_from=inputs.get("branch"),
-        **fields,
+        branch_from=rule.input.get("branch"),
+        out=rule.output[0],
+        state_path=rule.params.state,
+        device=rule.params.device,
+        ranks=rule.resources.ranks,
+        threads=rule.threads,
+        budget=int(wc.budget) if "budget" in wc.keys() else None,
+        stable_steps=int(wc.step) if "step" in wc.keys() else None,
+        allow_repeat=rule.params.get("allow_repeat", False),
     )
 
 
@@ -111,8 +121,7 @@ def run(job: PretrainJob, job_file: str | Path) -> None:
     from pipeline.train.placement import Whole
 
     if job.ranks > 1:
-        per_rank = replace(job, threads=max(1, job.threads // job.ranks))
-        launch(MODULE, per_rank.to_json(), job.ranks, job_file, per_rank.threads)
+        launch_job(MODULE, job, job_file)
     else:
         set_threads(job.threads)
         execute(replace(job, device=pick_device(job.device)), Whole())
@@ -120,20 +129,7 @@ def run(job: PretrainJob, job_file: str | Path) -> None:
 
 def main(job_file: str) -> None:
     """One rank of a job started by torchrun: the model sharded over the job's ranks."""
-    import torch.distributed as dist
-
-    from pipeline.train.distributed import init_ranks
-    from pipeline.train.placement import Sharded
-
-    job = PretrainJob.from_json(Path(job_file).read_text())
-    ranks, device = init_ranks(pick_device(job.device), COLLECTIVE_TIMEOUT_S)
-    setup_rank_logging(ranks.rank)
-    set_threads(job.threads)
-    try:
-        execute(replace(job, device=device), Sharded(ranks))
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    run_rank(PretrainJob.from_json(Path(job_file).read_text()), execute, COLLECTIVE_TIMEOUT_S)
 
 
 if __name__ == "__main__":

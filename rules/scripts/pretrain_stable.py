@@ -2,19 +2,7 @@
 the previous branch point's state; resumable, on the job's ranks (pipeline/train/pretrain_job.py)."""
 
 from pipeline.runtime import setup_logging
-from pipeline.train.pretrain_job import pretrain_job, run
+from pipeline.train.pretrain_job import rule_job, run
 
 setup_logging(snakemake.log[0])
-job = pretrain_job(
-    snakemake.params.hp,
-    snakemake.config["pretrain"],
-    snakemake.input,
-    snakemake.wildcards,
-    out=snakemake.output[0],
-    state_path=snakemake.params.state,
-    device=snakemake.params.device,
-    ranks=snakemake.resources.ranks,
-    threads=snakemake.threads,
-    stable_steps=int(snakemake.wildcards.step),
-)
-run(job, snakemake.params.state + ".job.json")
+run(rule_job(snakemake), snakemake.params.state + ".job.json")
