@@ -34,7 +34,7 @@ apt-packages:
 # The evidence study (config/evidence.yaml): 3 pre-training seeds x 7 budgets, the Gaussian and
 # fine-tuning arms; docs/findings.md quotes its registered claims (`make docs`).
 evidence: setup
-	.venv/bin/snakemake --cores $(CORES) --configfile config/evidence.yaml
+	.venv/bin/snakemake --cores $(CORES) --scheduler greedy --configfile config/evidence.yaml
 
 # The WSD study (config/wsd.yaml): the default study's arms on warmup-stable-decay checkpoints (each
 # budget a decay branched from one stable run); docs/findings.md sets its claims beside the default's.

@@ -19,6 +19,7 @@ from pipeline.workflow.config import (
     finetune_enabled,
     finetune_search,
     finetune_section,
+    grid_job_seeds,
     reference_checkpoint,
     task_settings,
 )
@@ -114,8 +115,8 @@ def preset_resources(stage, ranks=1):
     return cluster.preset_resources(stage, DEVICE, CHECKPOINTS, ranks)
 
 
-def finetune_resources():
-    return cluster.finetune_resources(DEVICE, CHECKPOINTS, config)
+def finetune_resources(runs=1):
+    return cluster.finetune_resources(DEVICE, CHECKPOINTS, config, runs)
 
 
 def fixed_resources(mem_mb, runtime):

@@ -84,6 +84,39 @@ rule finetune:
         "scripts/finetune.py"
 
 
+# finetune.grid_per_job: every rate of the grid for one (checkpoint, task, method, lambda, seed) in
+# one job, the process's start-up paid once (CPU toy studies: docs/benchmarks.md); the seeds that
+# run at the tuned rate only stay one job per run (rule finetune).
+if finetune_enabled(config) and config["finetune"]["grid_per_job"]:
+
+    ruleorder: finetune_grid > finetune
+
+    use rule finetune as finetune_grid with:
+        output:
+            metrics=targets.grid_job_paths(config, layout.FINETUNE_PART),
+            line=targets.grid_job_paths(config, layout.FINETUNE_LINE_PART),
+        log:
+            study_path("logs/finetune/{checkpoint}/{task}/{method}/grid_lam{lam}_seed{seed}.log"),
+        benchmark:
+            study_path("benchmarks/finetune/{checkpoint}/{task}/{method}/grid_lam{lam}_seed{seed}.tsv")
+        wildcard_constraints:
+            task=TEXT_TASK,
+            seed="|".join(map(str, grid_job_seeds(config))),
+        resources:
+            **finetune_resources(runs=len(targets.grid_job_rates(config))),
+        params:
+            spec=checkpoint_spec,
+            hp=finetune_method_params,
+            task=text_task_params,
+            eval=eval_config(config),
+            token_cache=study_path(layout.TOKEN_CACHE),
+            bench=finetune_bench(config),
+            curv=curvature_finetune_params(config),
+            state=study_path("finetune/.resume/{checkpoint}/{task}/{method}/grid_lam{lam}_seed{seed}"),
+            device=DEVICE,
+            learning_rates=targets.grid_job_rates(config),
+
+
 rule finetune_analysis:
     input:
         study_path(layout.METRICS),

@@ -9,6 +9,7 @@ job on N ranks) and its one entry point, `execute`, whichever way the job runs:
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -18,6 +19,7 @@ from pipeline.curvature.config import CurvatureConfig  # noqa: TC001
 from pipeline.data.heldout import PretrainCorpus  # noqa: TC001
 from pipeline.evaluate.benchmark_registry import BenchmarkSettings  # noqa: TC001
 from pipeline.evaluate.generation_config import Responses  # noqa: TC001
+from pipeline.io import atomic_path
 from pipeline.models.checkpoints import CheckpointSpec  # noqa: TC001
 from pipeline.records import from_dict
 from pipeline.runtime import pick_device, set_threads
@@ -117,6 +119,32 @@ def run(job: FinetuneJob, job_file: str | Path) -> None:
         run_on_ranks(job, job_file)
     else:
         run_in_process(job)
+
+
+def run_grid(jobs: list[FinetuneJob], state_dir: str | Path) -> None:
+    """Several runs in one job, one after another (`finetune.grid_per_job`: the grid's rates of one
+    setting), each as `run` runs it alone; their outputs written once all have run. Each finished
+    run's outputs are kept under `state_dir` beside its record: a job killed and started again
+    (Snakemake removes a failed job's outputs) copies back the runs whose record is unchanged and
+    trains only the others."""
+    held = []
+    for i, job in enumerate(jobs):
+        kept = Path(state_dir) / f"run{i}"
+        line = str(kept / "line.parquet") if job.line_path else None
+        run_here = replace(job, metrics_path=str(kept / "metrics.parquet"), line_path=line)
+        record = kept / "job.json"
+        if not (record.is_file() and record.read_text() == run_here.to_json()):
+            shutil.rmtree(kept, ignore_errors=True)
+            kept.mkdir(parents=True)
+            run(run_here, Path(job.state_dir) / "job.json")
+            record.write_text(run_here.to_json())  # last: the run's outputs are complete
+        held.append(run_here)
+    for job, run_here in zip(jobs, held, strict=True):
+        for src, dst in [(run_here.metrics_path, job.metrics_path), (run_here.line_path, job.line_path)]:
+            if dst:
+                with atomic_path(dst) as tmp:
+                    shutil.copyfile(src, tmp)
+    shutil.rmtree(state_dir)
 
 
 def run_in_process(job: FinetuneJob) -> list[dict]:

@@ -67,14 +67,16 @@ def preset_resources(stage: str, device: str, checkpoints: Checkpoints, ranks: i
     }
 
 
-def finetune_resources(device: str, checkpoints: Checkpoints, config: dict) -> dict[str, Any]:
-    """resources of a fine-tuning job. On CPU (and `auto`): finetune.ranks processes (1 when null).
+def finetune_resources(device: str, checkpoints: Checkpoints, config: dict, runs: int = 1) -> dict[str, Any]:
+    """resources of a fine-tuning job of `runs` runs (more than one: finetune.grid_per_job, its
+    runtime that many times one run's). On CPU (and `auto`): finetune.ranks processes (1 when null).
     With `device: cuda`: the memory planner's GPU count per checkpoint (finetune.ranks when set),
     host memory for one float32 copy of the checkpoint (rank 0 reads it) plus each rank's process,
     and the preset's runtime. A job that
     fits on no allowed GPU count stops the run at start-up with the planner's arithmetic."""
     if not gpu_count(device):
-        return preset_resources("finetune", device, checkpoints, finetune_ranks(config))
+        base = preset_resources("finetune", device, checkpoints, finetune_ranks(config))
+        return base | {"runtime": lambda wc, attempt: base["runtime"](wc, attempt) * runs}
 
     vocab = config["tokenizer"]["vocab_size"]
 
@@ -98,7 +100,7 @@ def finetune_resources(device: str, checkpoints: Checkpoints, config: dict) -> d
     threads = int(config["finetune"]["threads"])
     return {
         "mem_mb": mem_mb,
-        "runtime": base["runtime"],
+        "runtime": lambda wc, attempt: base["runtime"](wc, attempt) * runs,
         "gpu": lambda wildcards: plan(wildcards.checkpoint).gpus,
         "ranks": lambda wildcards: plan(wildcards.checkpoint).gpus,
         # the job's threads shared by its ranks (SLURM: --cpus-per-gpu)

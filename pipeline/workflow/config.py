@@ -143,6 +143,7 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
     check_grid("finetune.learning_rates", finetune_lrs(config))
     check_grid("finetune.lambdas", config["finetune"]["lambdas"])
     check_tasks(config)
+    check_grid_per_job(config)
     if alpaca_eval_enabled(config):
         check_alpaca_eval(config, specs)
     elif finetune_enabled(config) and config["finetune"]["select_metric"] == "win_rate":
@@ -329,6 +330,31 @@ def finetune_lrs(config: dict) -> tuple[float, ...]:
     with a search, its lattice (every learning rate it may run)."""
     value = config["finetune"]["learning_rates"]
     return finetune_search(config).lattice if isinstance(value, dict) else finetune_lr_grid(value)
+
+
+def grid_job_seeds(config: dict) -> list[int]:
+    """The seeds that run at every rate of the grid (`finetune.grid_per_job`: one job each per
+    (checkpoint, task, method, λ)): every seed, or the first where the others run at the tuned rate."""
+    seeds = list(config["finetune"]["seeds"])
+    return seeds if finetune_search(config) is None else seeds[:1]
+
+
+def check_grid_per_job(config: dict) -> None:
+    """`finetune.grid_per_job` needs a grid known before any run (not a search) and per-run outputs
+    only (not the judged metric's responses)."""
+    if not (finetune_enabled(config) and config["finetune"]["grid_per_job"]):
+        return
+    key = "invalid config: finetune.grid_per_job"
+    if isinstance(config["finetune"]["learning_rates"], dict):
+        raise ConfigError(
+            f"{key}: a search's learning rates are known only as it goes; give finetune.learning_rates "
+            "as a grid or set grid_per_job: false"
+        )
+    if alpaca_eval_enabled(config):
+        raise ConfigError(
+            f"{key}: the judged metric's responses are one job's output per run; set grid_per_job: false "
+            "or alpaca_eval.enabled: false"
+        )
 
 
 def finetune_search(config: dict) -> LRSearch | None:

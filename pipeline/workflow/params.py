@@ -41,7 +41,7 @@ UNNUMBERED = {
     for cls in (PretrainConfig, FinetuneConfig)
     for f in fields(cls)
     if not changes_numbers(cls, f.name)
-} | {"threads", "ranks"}
+} | {"threads", "ranks", "grid_per_job"}  # how jobs run, not what they compute
 
 
 def pretrain_params(config: dict) -> dict:

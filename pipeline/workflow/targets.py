@@ -101,6 +101,18 @@ SEARCH_PARTS = {
 }
 
 
+def grid_job_paths(config: dict, pattern: str) -> list[str]:
+    """The outputs of one grid job (finetune.grid_per_job): `pattern`'s file at each rate of the
+    grid, its other wildcards left to the rule."""
+    fields = {k: "{" + k + "}" for k in ("checkpoint", "task", "method", "lam", "seed")}
+    return [path(config, pattern, lr=lr, **fields) for lr in grid_job_rates(config)]
+
+
+def grid_job_rates(config: dict) -> list[str]:
+    """The grid's learning rates as its file names write them."""
+    return [format_hparam(lr) for lr in finetune_lrs(config)]
+
+
 def run_path(
     config: dict, pattern: str, checkpoint: str, task: str, method: str, lr: float, lam: float, seed: int
 ) -> str:

@@ -1,6 +1,8 @@
 """Rules finetune and vlm_finetune: one checkpoint fine-tuned on one task at one (lr, lambda, seed),
-evaluated in memory; in this process, or on `resources.ranks` processes (FSDP2 under torchrun)."""
+evaluated in memory; in this process, or on `resources.ranks` processes (FSDP2 under torchrun).
+Rule finetune_grid (finetune.grid_per_job): the same at each of `params.learning_rates` in turn."""
 
+from dataclasses import replace
 from pathlib import Path
 
 from pipeline.curvature.config import CurvatureConfig
@@ -11,7 +13,7 @@ from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.runtime import setup_logging
 from pipeline.tasks.registry import task_record
 from pipeline.train.config import FinetuneConfig, execution
-from pipeline.train.finetune_job import FinetuneJob, run
+from pipeline.train.finetune_job import FinetuneJob, run, run_grid
 from pipeline.train.memory import GpuSettings
 
 setup_logging(snakemake.log[0])
@@ -20,12 +22,13 @@ wc, params, config = snakemake.wildcards, snakemake.params, snakemake.config
 # is read from the config, not params: changing it reruns nothing
 cfg = FinetuneConfig(**params.hp, **execution(FinetuneConfig, config["finetune"]))
 responses = "generations" in snakemake.output.keys()  # the judged metric (alpaca_eval) is on
+grid = params.get("learning_rates")  # rule finetune_grid: its rates, one output of each per rate
 job = FinetuneJob(
     spec=CheckpointSpec(**params.spec),
     cfg=cfg,
     task=task_record(params.task, config),
     corpus=PretrainCorpus(snakemake.input.corpus, **params.eval, token_cache=params.token_cache),
-    learning_rate=float(wc.lr),
+    learning_rate=float(grid[0] if grid else wc.lr),
     lambda_reg=float(wc.lam),
     seed=int(wc.seed),
     method=wc.method,
@@ -48,4 +51,13 @@ job = FinetuneJob(
     else None,  # Appendix D: the line along θ_ft − θ_pre
     threads=snakemake.threads,
 )
-run(job, Path(params.state) / "job.json")
+if grid:
+    runs = [
+        replace(
+            job, learning_rate=float(lr), state_dir=f"{params.state}/lr{lr}", metrics_path=m, line_path=line
+        )
+        for lr, m, line in zip(grid, snakemake.output.metrics, snakemake.output.line, strict=True)
+    ]
+    run_grid(runs, Path(params.state) / "done")
+else:
+    run(job, Path(params.state) / "job.json")

@@ -176,6 +176,40 @@ def test_same_seed_same_numbers_and_resume_after_kill(study_files, tmp_path):
     assert not any((tmp_path / "b").iterdir()), "resume files are removed at the end"
 
 
+def test_a_grid_job_equals_one_job_per_rate_and_keeps_finished_runs_when_killed(
+    study_files, tmp_path, monkeypatch
+):
+    from pipeline.train import finetune_job as job_module
+
+    def jobs(root: str) -> list[FinetuneJob]:
+        return [
+            finetune_job(study_files, "mr", lr=lr, state=tmp_path / root / f"run{i}")
+            for i, lr in enumerate((3e-3, 1e-2))
+        ]
+
+    alone = []
+    for job in jobs("alone"):
+        job_module.run_in_process(job)
+        alone.append(pd.read_parquet(job.metrics_path))
+    trained, real_run = [], job_module.run
+
+    def run_killed_at_the_second(job, job_file):
+        trained.append(job.learning_rate)
+        if len(trained) == 2:
+            raise KeyboardInterrupt  # killed in the second run
+        real_run(job, job_file)
+
+    monkeypatch.setattr(job_module, "run", run_killed_at_the_second)
+    with pytest.raises(KeyboardInterrupt):
+        job_module.run_grid(jobs("grid"), tmp_path / "grid" / "done")
+    assert not Path(jobs("grid")[0].metrics_path).exists()  # outputs appear only once all are done
+    job_module.run_grid(jobs("grid"), tmp_path / "grid" / "done")
+    assert trained == [3e-3, 1e-2, 1e-2], "the finished run is copied back, not trained again"
+    for one, job in zip(alone, jobs("grid"), strict=True):
+        pd.testing.assert_frame_equal(pd.read_parquet(job.metrics_path), one)
+    assert not (tmp_path / "grid" / "done").exists()
+
+
 def test_diverging_learning_rate_is_recorded_not_raised(study_files):
     df = frame(
         run(

@@ -135,6 +135,21 @@ JUDGE_CASES = [
         "alpaca_eval.instructions.path: /no/such.json does not exist",
     ),
     ({"finetune.select_metric": "win_rate"}, "finetune.select_metric: win_rate needs the judged metric"),
+    (
+        {
+            "finetune.grid_per_job": True,
+            "finetune.learning_rates": {"search": {"bracket": [1e-3, 1e-1], "resolution": 0.5}},
+        },
+        "finetune.grid_per_job: a search's learning rates are known only as it goes",
+    ),
+    (
+        {
+            "finetune.grid_per_job": True,
+            "alpaca_eval.enabled": True,
+            "alpaca_eval.reference.learning_rate": 3e-3,
+        },
+        "finetune.grid_per_job: the judged metric's responses are one job's output per run",
+    ),
 ]
 
 
