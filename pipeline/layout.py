@@ -17,6 +17,11 @@ TOKENIZER = "tokenizer/tokenizer.json"
 TRAIN_TOKENS = "data/train_tokens.npy"
 TRAIN_TOKENS_INFO = "data/train_tokens.json"
 CORPUS_MANIFEST = "data/corpus_manifest.parquet"
+# pretrain.text_files: each file's OLMo-format token shard, its documents' start offsets and its record
+# (pipeline/data/shard_tokenize.py)
+TOKEN_SHARD = "data/shards/{shard}.bin"
+TOKEN_SHARD_INDEX = "data/shards/{shard}.idx"
+TOKEN_SHARD_INFO = "data/shards/{shard}.json"
 TOKEN_COVERAGE = "data/token_coverage.parquet"
 # one run of the sweep: a save_pretrained dir (+ init_std.json, loss curve, summary.json)
 PRETRAIN_RUN = "pretrain/{model}/seed{pretrain_seed}/{budget}"

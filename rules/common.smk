@@ -22,6 +22,7 @@ from pipeline.workflow.config import (
     grid_job_seeds,
     reference_checkpoint,
     task_settings,
+    text_files,
 )
 from pipeline.analysis.figure_registry import figures_of_rule
 from pipeline.workflow.params import (
@@ -59,6 +60,7 @@ wildcard_constraints:
     seed=r"\d+",
     round=r"\d+",
     judge=r"[A-Za-z0-9._-]+",
+    shard=r"[A-Za-z0-9._-]+",
 
 
 # Under a cluster executor Snakemake exits within a second of Ctrl-C (after cancelling the jobs) or
@@ -93,10 +95,20 @@ def figure_outputs(rule):
     }
 
 
+TEXT_FILES = text_files(config)  # pretrain.text_files by shard name
+
+
 def pretrain_tokens():
-    """What pre-training reads: the shards of pretrain.token_shards, else the study's split."""
+    """What pre-training reads: the shards the study tokenizes from pretrain.text_files, the shards
+    of pretrain.token_shards, else the study's split."""
     shards = config["pretrain"].get("token_shards")
+    if TEXT_FILES:
+        return [study_path(layout.TOKEN_SHARD, shard=name) for name in TEXT_FILES]
     return list(shard_set(shards).paths) if shards else study_path(layout.TRAIN_TOKENS)
+
+
+def text_file(wildcards):
+    return TEXT_FILES[wildcards.shard]
 
 
 def wsd_decay_input(wildcards):
@@ -113,6 +125,20 @@ def wsd_stable_input(wildcards):
 
 def preset_resources(stage, ranks=1):
     return cluster.preset_resources(stage, DEVICE, CHECKPOINTS, ranks)
+
+
+def pretrain_resources(wildcards_tokens):
+    """A pre-training job's resources: the preset's; on GPUs its time limit from the cost model
+    (pretrain_sweep.runtime_minutes) where that is longer. `wildcards_tokens`: the job's tokens."""
+    base = preset_resources("pretrain", config["pretrain"]["ranks"])
+    if DEVICE != "cuda":
+        return base
+
+    def runtime(wc, attempt):
+        own = pretrain_sweep.runtime_minutes(config, wc.model, wildcards_tokens(wc))
+        return max(base["runtime"](wc, attempt), own * attempt)
+
+    return base | {"runtime": runtime}
 
 
 def finetune_resources(runs=1):

@@ -65,6 +65,31 @@ rule tokenize_train:
         "scripts/tokenize_train.py"
 
 
+# pretrain.text_files: one job per text file, its OLMo-format token shard (pipeline/data/shard_tokenize.py)
+rule tokenize_shard:
+    input:
+        text=text_file,
+        tokenizer=study_path(layout.TOKENIZER),
+    output:
+        tokens=study_path(layout.TOKEN_SHARD),
+        index=study_path(layout.TOKEN_SHARD_INDEX),
+        info=study_path(layout.TOKEN_SHARD_INFO),
+    log:
+        study_path("logs/tokenize_shard/{shard}.log"),
+    benchmark:
+        study_path("benchmarks/tokenize_shard/{shard}.tsv")
+    conda:
+        "../envs/overtrain.yaml"
+    threads: 1
+    resources:
+        **fixed_resources(2000, 60),
+    params:
+        field=config["pretrain"]["text_files"]["text_field"] if TEXT_FILES else None,
+        batch=config["pretrain"]["text_files"]["batch_documents"] if TEXT_FILES else None,
+    script:
+        "scripts/tokenize_shard.py"
+
+
 # Every fine-tuning text task's validation / test tokens against the training split: the share
 # whose id pre-training never predicts (pipeline/data/manifest.py).
 rule token_coverage:

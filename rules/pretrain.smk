@@ -22,7 +22,7 @@ rule pretrain:
         "../envs/overtrain.yaml"
     threads: config["pretrain"]["threads"]
     resources:
-        **preset_resources("pretrain", config["pretrain"]["ranks"]),
+        **pretrain_resources(lambda wc: pretrain_sweep.job_tokens(config, budget=int(wc.budget))),
     params:
         hp=pretrain_params(config),
         state=lambda wc: study_path(f"pretrain/.resume/{wc.model}-{wc.budget}-s{wc.pretrain_seed}"),
@@ -48,7 +48,7 @@ rule pretrain_stable:
         "../envs/overtrain.yaml"
     threads: config["pretrain"]["threads"]
     resources:
-        **preset_resources("pretrain", config["pretrain"]["ranks"]),
+        **pretrain_resources(lambda wc: pretrain_sweep.job_tokens(config, stable_step=int(wc.step))),
     params:
         hp=pretrain_params(config),
         state=lambda wc: study_path(f"pretrain/.resume/{wc.model}-stable-step{wc.step}-s{wc.pretrain_seed}"),

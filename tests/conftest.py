@@ -25,6 +25,7 @@ PACKAGES = ROOT / "data" / "packages"
 STUDY_OF_FILE = {
     "tests/workflow/test_judge_workflow.py": "judge-study",
     "tests/workflow/test_search_workflow.py": "search-study",
+    "tests/workflow/test_grid_jobs.py": "grid-study",
     "tests/workflow/test_vlm_workflow.py": "vlm-study",
     "tests/test_gpu_kit.py": "gpu-kit-study",
 }

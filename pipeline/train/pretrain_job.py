@@ -72,7 +72,11 @@ def rule_job(rule: Any) -> PretrainJob:
     inputs, the preset, seed and budget (or stable step) from its wildcards."""
     section, wc = rule.config["pretrain"], rule.wildcards
     cfg = PretrainConfig(**rule.params.hp, **execution(PretrainConfig, section))
-    shards = shard_set(section["token_shards"]) if section.get("token_shards") else None
+    if section.get("text_files"):  # the study's own shards (rule tokenize_shard), each with its record
+        dtypes = {json.loads(Path(p).with_suffix(".json").read_text())["dtype"] for p in rule.input.tokens}
+        shards = ShardSet(tuple(rule.input.tokens), dtypes.pop())
+    else:
+        shards = shard_set(section["token_shards"]) if section.get("token_shards") else None
     return PretrainJob(
         train_tokens=None if shards else rule.input.tokens,
         token_shards=shards,

@@ -16,12 +16,14 @@ The checks below are only those a schema cannot express (cross-key, files, regis
 
 from __future__ import annotations
 
+import glob
 import json
 from collections.abc import Iterable
 from pathlib import Path
 
 from pipeline import layout
 from pipeline.curvature.config import CurvatureConfig
+from pipeline.data.shard_tokenize import shard_name
 from pipeline.data.task_items import TaskError
 from pipeline.data.tasks import TASK_NAMES, task_files, task_kind
 from pipeline.data.token_shards import check_shards, shard_set
@@ -64,6 +66,8 @@ def check_budgets_fit(config: dict) -> None:
     pt = config["pretrain"]
     if config["checkpoints"]["source"] != "sweep":
         return
+    if pt.get("text_files"):
+        return  # tokenized by the study's jobs: each pre-training job checks its budget as it starts
     if pt.get("token_shards"):
         shards = shard_set(pt["token_shards"])
         tokens, where = check_shards(shards, tokenizer_vocab(config["tokenizer"])), "pretrain.token_shards"
@@ -82,6 +86,32 @@ def check_budgets_fit(config: dict) -> None:
     for budget in pt["budgets"]:
         trained = steps_for_budget(budget, pt["batch_size"], pt["seq_len"]) * per_step
         check_repeat(budget, trained, available, False, where)
+
+
+def text_files(config: dict) -> dict[str, str]:
+    """`pretrain.text_files` by shard name (each file's, unique): a clear error for a pattern that
+    matches nothing, a file of another format, two files of one name, or token_shards beside it."""
+    pt = config["pretrain"]
+    if not pt.get("text_files"):
+        return {}
+    if pt.get("token_shards"):
+        raise ValueError("pretrain.text_files and pretrain.token_shards: give one source of training tokens")
+    files: dict[str, str] = {}
+    for pattern in pt["text_files"]["paths"]:
+        found = sorted(glob.glob(str(pattern)))
+        if not found:
+            raise ValueError(
+                f"pretrain.text_files.paths: {pattern} matches no file "
+                "(expected JSON lines, .json.gz or Parquet)"
+            )
+        for path in found:
+            name = shard_name(path)
+            if name in files:
+                raise ValueError(
+                    f"pretrain.text_files.paths: {files[name]} and {path} make the same shard {name!r}"
+                )
+            files[name] = path
+    return files
 
 
 def tokenizer_vocab(section: dict) -> int:
@@ -115,6 +145,7 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
         if pretrain.parameterization == "mup":
             for preset in pt["presets"]:
                 mup_base(preset)  # each preset has a base width
+        text_files(config)
         check_budgets_fit(config)
         if finetune_enabled(config):
             for method in finetune_methods(config):

@@ -10,6 +10,8 @@ same numbers, recomputed). Light: the Snakefile calls it at parse time.
 
 from __future__ import annotations
 
+import math
+
 from pipeline import layout
 from pipeline.models.presets import preset_shape
 from pipeline.train.config import PretrainConfig, hyperparameters, steps_for_budget
@@ -76,28 +78,54 @@ def flops_per_token(preset: str, vocab: int, seq_len: int) -> float:
     )
 
 
+def gpu_hours(config: dict, preset: str, tokens: float) -> float:
+    """GPU-hours to train `preset` on `tokens` at `gpu.mfu` of `gpu.peak_tflops`."""
+    gpu, pt = GpuSettings(**config["gpu"]), config["pretrain"]
+    flops = flops_per_token(preset, config["tokenizer"]["vocab_size"], pt["seq_len"])
+    return tokens * flops / (gpu.peak_tflops * 1e12 * gpu.mfu) / 3600
+
+
+def job_tokens(config: dict, budget: int | None = None, stable_step: int | None = None) -> int:
+    """Tokens one pre-training job trains: a budget's run (cosine: all of it; WSD: its decay), or
+    a WSD stable segment (from the branch step before `stable_step`)."""
+    pt, cfg = config["pretrain"], pretrain_config(config)
+    per_step = pt["batch_size"] * pt["seq_len"]
+    if stable_step is not None:
+        return (stable_step - (previous_branch(config, stable_step) or 0)) * per_step
+    steps = steps_for_budget(budget, pt["batch_size"], pt["seq_len"])
+    return (cfg.decay_steps(steps) if is_wsd(config) else steps) * per_step
+
+
+# the time limit asked of a GPU pre-training job, over its cost model's estimate (MFU is a guess)
+RUNTIME_MARGIN = 1.5
+
+
+def runtime_minutes(config: dict, preset: str, tokens: int) -> int:
+    """Wall-clock minutes to ask for a pre-training job on `pretrain.ranks` GPUs: the cost model's
+    hours (`gpu_hours`) shared by the ranks, times RUNTIME_MARGIN."""
+    hours = gpu_hours(config, preset, tokens) / config["pretrain"]["ranks"]
+    return math.ceil(hours * 60 * RUNTIME_MARGIN)
+
+
 def sweep_cost(config: dict) -> str:
     """The sweep's tokens and GPU-hours under cosine and under WSD (shown at start-up, dry runs too)."""
     pt = config["pretrain"]
     per_step = pt["batch_size"] * pt["seq_len"]
     steps = sweep_steps(config)
     gpu = GpuSettings(**config["gpu"])
-    peak, mfu = gpu.peak_tflops, gpu.mfu
-    vocab = config["tokenizer"]["vocab_size"]
     runs = len(pt["seeds"])
     lines = [
         f"pre-training sweep ({len(pt['budgets'])} budgets x {runs} seed(s) per preset), "
         f"schedule {pretrain_config(config).schedule}:"
     ]
     for preset in pt["presets"]:
-        flops = flops_per_token(preset, vocab, pt["seq_len"])
         cells = []
         for name in ("cosine", "wsd"):
             tokens = steps[name] * per_step * runs
-            hours = tokens * flops / (peak * 1e12 * mfu) / 3600
+            hours = gpu_hours(config, preset, tokens)
             cells.append(f"{name} {tokens:,} tokens, {hours:,.3g} GPU-hours")
         lines.append(
             f"  {preset}: " + "; ".join(cells) + f" (WSD/cosine {steps['wsd'] / steps['cosine']:.2f})"
         )
-    lines.append(f"  GPU-hours at {mfu:.0%} MFU of {peak:g} TFLOP/s (gpu.mfu, gpu.peak_tflops)")
+    lines.append(f"  GPU-hours at {gpu.mfu:.0%} MFU of {gpu.peak_tflops:g} TFLOP/s (gpu.mfu, gpu.peak_tflops)")
     return "\n".join(lines)

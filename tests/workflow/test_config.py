@@ -327,13 +327,18 @@ SHIPPED = [
 @pytest.mark.parametrize(
     "configfile", [c for c in SHIPPED if c.name != "schema.yaml"], ids=lambda p: str(p.relative_to(ROOT))
 )
-def test_every_shipped_config_dry_runs(configfile, tmp_path):
+def test_every_shipped_config_dry_runs(configfile, tmp_path, tokenizer_dir):
     """`snakemake -n` on each shipped config (over config.yaml, as --configfile does). Needs no
     download: hub revisions (config/demo-smollm2.yaml: the stand-in in data/hub-cache) are checked
     in onstart, which a dry run skips, and the hub preset names its revisions itself. --forceall:
     the whole DAG whether or not the study's results already exist. config/llava.yaml's cluster
-    data paths are moved to files that exist (start-up checks they do)."""
-    extra = [str(llava_data(tmp_path))] if configfile.name == "llava.yaml" else []
+    data paths, and config/paper-controlled.yaml's C4 shards and tokenizer, are moved to files that
+    exist (start-up checks they do)."""
+    local_data = {
+        "llava.yaml": lambda: llava_data(tmp_path),
+        "paper-controlled.yaml": lambda: paper_controlled_data(tmp_path, tokenizer_dir),
+    }
+    extra = [str(local_data[configfile.name]())] if configfile.name in local_data else []
     res = snakemake(configfile, *extra, "-n", "--forceall", "--cores", "1", "--quiet", "rules")
     assert res.returncode == 0, (res.stdout + res.stderr)[-3000:]
     assert re.search(r"^all\s+1$", res.stdout + res.stderr, re.M), (res.stdout + res.stderr)[-3000:]
@@ -362,6 +367,43 @@ def test_paper_scale_dry_run_places_every_finetuning_job_on_the_planners_gpus():
         counted and len(jobs) == int(counted.group(1)) == 6 * 3 * 7 * 3
     )  # checkpoints x tasks x LRs x seeds
     assert all("gpu=2" in r.split(", ") and "ranks=2" in r.split(", ") for r in jobs), jobs[:2]
+
+
+def paper_controlled_data(tmp_path: Path, tokenizer_dir: Path) -> Path:
+    """An overlay moving config/paper-controlled.yaml's data to files that exist: one sparse token
+    shard of 130B tokens (start-up checks the shards' sizes against the budgets; the file takes no
+    disk) and a tokenizer file."""
+    shard = tmp_path / "c4" / "part-000.npy"
+    shard.parent.mkdir()
+    with open(shard, "wb") as f:
+        f.truncate(2 * 130_000_000_000)
+    overlay = {
+        "tokenizer": {"path": str(tokenizer_dir / "tokenizer.json")},
+        "pretrain": {"token_shards": {"paths": [str(shard.parent / "part-*.npy")], "dtype": "uint16"}},
+    }
+    return write_config(tmp_path, overlay, "paper-data.yaml")
+
+
+def test_the_paper_controlled_study_stops_at_start_up_without_its_data():
+    res = snakemake(ROOT / "config" / "paper-controlled.yaml", "-n", "--cores", "1")
+    assert res.returncode != 0
+    assert "pretrain.token_shards.paths: /data/olmo/c4/part-*.npy matches no file" in res.stdout + res.stderr
+
+
+def test_a_gpu_pre_training_job_asks_for_the_time_its_cost_model_gives(tmp_path, tokenizer_dir):
+    """config/paper-controlled.yaml's longest job (olmo-90m, 128B tokens on 8 GPUs) asks SLURM for
+    its GPU-hours over the ranks at the config's MFU, times the margin: more than the preset's day."""
+    from pipeline.workflow import pretrain_sweep
+
+    configs = [ROOT / "config" / "paper-controlled.yaml", paper_controlled_data(tmp_path, tokenizer_dir)]
+    cfg = workflow_config(*configs)
+    validate_config(cfg, load_schema(ROOT / "config" / "schema.yaml"))
+    tokens = pretrain_sweep.job_tokens(cfg, budget=128_000_000_000)
+    minutes = pretrain_sweep.runtime_minutes(cfg, "olmo-90m", tokens)
+    hours = pretrain_sweep.gpu_hours(cfg, "olmo-90m", tokens)
+    assert minutes == pytest.approx(hours / 8 * 60 * pretrain_sweep.RUNTIME_MARGIN, abs=1) and minutes > 1440
+    text = slurm_dry_run(*configs)
+    assert f"runtime={minutes}, gpu=8, ranks=8" in text
 
 
 def llava_data(tmp_path: Path) -> Path:

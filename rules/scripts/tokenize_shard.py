@@ -1,0 +1,35 @@
+"""Rule tokenize_shard: one text file of pretrain.text_files as an OLMo-format token shard, its index
+and its record, streamed in batches of documents (pipeline/data/shard_tokenize.py)."""
+
+import logging
+import os
+import time
+
+from pipeline.runtime import setup_logging
+
+setup_logging(snakemake.log[0])
+os.environ["RAYON_NUM_THREADS"] = str(snakemake.threads)  # the tokenizer's threads: the job's
+from pipeline.data.shard_tokenize import tokenize_file  # noqa: E402 (after the thread count)
+from pipeline.data.tokenizer import EOS  # noqa: E402
+
+start = time.perf_counter()
+info = tokenize_file(
+    snakemake.input.text,
+    snakemake.input.tokenizer,
+    EOS,
+    snakemake.output.tokens,
+    snakemake.output.index,
+    snakemake.output.info,
+    field=snakemake.params.field,
+    batch_documents=snakemake.params.batch,
+)
+seconds = time.perf_counter() - start
+logging.info(
+    "%s: %d documents, %d tokens (%s) in %.1f s (%.0f tokens/s)",
+    snakemake.input.text,
+    info["documents"],
+    info["tokens"],
+    info["dtype"],
+    seconds,
+    info["tokens"] / seconds,
+)

@@ -1,0 +1,96 @@
+"""Tokenization fanned out over text files (pipeline/data/shard_tokenize.py): each file's OLMo-format
+shard is the study's token stream of its documents bit for bit, whatever the file format; its index
+points at each document; a study with `pretrain.text_files` plans one job per file; bad files and
+patterns stop with the key named."""
+
+import gzip
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from workflow_utils import ROOT, planned_jobs, smoke_config, workflow_config, write_config
+
+from pipeline.data.shard_tokenize import read_documents, shard_name, tokenize_file
+from pipeline.data.token_shards import ShardSet, TokenStream
+from pipeline.data.tokenizer import EOS, token_stream
+from pipeline.workflow.config import check_config
+from pipeline.workflow.schema import ConfigError, load_schema, validate_config
+
+
+@pytest.fixture(scope="module")
+def texts(moby_docs) -> list[str]:
+    return [d.text for d in moby_docs[:12]]
+
+
+def write_jsonl_gz(path, texts: list[str]) -> str:
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        for i, text in enumerate(texts):
+            f.write(json.dumps({"id": i, "text": text}) + "\n")
+    return str(path)
+
+
+def shard(tmp_path, source: str, tokenizer_dir, name: str, **kw) -> tuple[np.ndarray, np.ndarray, dict]:
+    out, index, info = (tmp_path / f"{name}{s}" for s in (".bin", ".idx", ".json"))
+    record = tokenize_file(source, tokenizer_dir / "tokenizer.json", EOS, out, index, info, **kw)
+    assert json.loads(info.read_text()) == record
+    return np.fromfile(out, dtype=record["dtype"]), np.fromfile(index, dtype=np.uint64), record
+
+
+def test_a_files_shard_is_the_token_stream_of_its_documents(texts, tokenizer, tokenizer_dir, tmp_path):
+    expected = token_stream(tokenizer, texts)
+    jsonl = write_jsonl_gz(tmp_path / "c4-train.00000-of-01024.json.gz", texts)
+    parquet = tmp_path / "part.parquet"
+    pd.DataFrame({"text": texts}).to_parquet(parquet)
+    a, starts, record = shard(tmp_path, jsonl, tokenizer_dir, "a", batch_documents=5)  # batches split docs
+    b, _, _ = shard(tmp_path, str(parquet), tokenizer_dir, "b", batch_documents=1024)
+    np.testing.assert_array_equal(a, expected)
+    np.testing.assert_array_equal(b, expected)
+    assert record["dtype"] == "uint16" and record["documents"] == len(texts) == len(starts)
+    assert starts[0] == 0 and all(a[int(s) - 1] == tokenizer.eos_token_id for s in starts[1:])
+    assert TokenStream(ShardSet((str(tmp_path / "a.bin"),), "uint16"))[0 : len(a)].tolist() == a.tolist()
+    assert shard_name(jsonl) == "c4-train.00000-of-01024"
+
+
+def test_bad_text_files_name_the_file_and_what_was_expected(texts, tokenizer_dir, tmp_path):
+    path = tmp_path / "notext.jsonl"
+    path.write_text(json.dumps({"text": "a"}) + "\n" + json.dumps({"body": "x"}) + "\n")
+    with pytest.raises(ValueError, match=r"notext.jsonl has a document without a string field 'text'"):
+        list(read_documents(path, "text", 8))
+    with pytest.raises(ValueError, match=r"expected one of .jsonl"):
+        shard_name(tmp_path / "c4.txt")
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="holds no documents"):
+        shard(tmp_path, str(empty), tokenizer_dir, "e")
+    assert not (tmp_path / "e.bin").exists() and not (tmp_path / "e.json").exists()
+
+
+def text_files_error(**overrides) -> str:
+    cfg = workflow_config(smoke_config(study="text-files", **overrides))
+    validate_config(cfg, load_schema(ROOT / "config" / "schema.yaml"))
+    with pytest.raises(ConfigError) as err:
+        check_config(cfg, check_benchmark_tasks=False)
+    return str(err.value)
+
+
+def test_text_files_that_cannot_be_read_stop_at_start_up(texts, tmp_path):
+    missing = str(tmp_path / "c4" / "*.json.gz")
+    assert f"pretrain.text_files.paths: {missing} matches no file" in text_files_error(
+        **{"pretrain.text_files": {"paths": [missing]}}
+    )
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    one, two = (write_jsonl_gz(tmp_path / d / "x.json.gz", texts) for d in "ab")
+    assert "make the same shard 'x'" in text_files_error(**{"pretrain.text_files": {"paths": [one, two]}})
+    shards = {"paths": [one], "dtype": "uint16"}
+    both = {"pretrain.text_files": {"paths": [one]}, "pretrain.token_shards": shards}
+    assert "give one source of training tokens" in text_files_error(**both)
+
+
+def test_a_study_on_text_files_tokenizes_one_file_per_job(texts, tmp_path):
+    files = [write_jsonl_gz(tmp_path / f"c4-train.{i:05d}-of-00003.json.gz", texts[i::3]) for i in range(3)]
+    pattern = str(tmp_path / "c4-train.*.json.gz")
+    cfg = smoke_config(study="text-files", **{"pretrain.text_files": {"paths": [pattern]}})
+    jobs = planned_jobs(write_config(tmp_path, cfg))
+    assert jobs["tokenize_shard"] == len(files), jobs
