@@ -127,5 +127,7 @@ def sweep_cost(config: dict) -> str:
         lines.append(
             f"  {preset}: " + "; ".join(cells) + f" (WSD/cosine {steps['wsd'] / steps['cosine']:.2f})"
         )
-    lines.append(f"  GPU-hours at {gpu.mfu:.0%} MFU of {gpu.peak_tflops:g} TFLOP/s (gpu.mfu, gpu.peak_tflops)")
+    lines.append(
+        f"  GPU-hours at {gpu.mfu:.0%} MFU of {gpu.peak_tflops:g} TFLOP/s (gpu.mfu, gpu.peak_tflops)"
+    )
     return "\n".join(lines)

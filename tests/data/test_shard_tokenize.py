@@ -5,6 +5,7 @@ patterns stop with the key named."""
 
 import gzip
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -94,3 +95,34 @@ def test_a_study_on_text_files_tokenizes_one_file_per_job(texts, tmp_path):
     cfg = smoke_config(study="text-files", **{"pretrain.text_files": {"paths": [pattern]}})
     jobs = planned_jobs(write_config(tmp_path, cfg))
     assert jobs["tokenize_shard"] == len(files), jobs
+
+
+def test_a_failed_file_leaves_the_others_tokenized(texts, tmp_path):
+    """One bad file among two: its job fails and writes nothing; once fixed, the rerun tokenizes it
+    alone (the other shard is not redone)."""
+    from workflow_utils import snakemake
+
+    good = write_jsonl_gz(tmp_path / "c4-train.00000-of-00002.json.gz", texts[:6])
+    bad = tmp_path / "c4-train.00001-of-00002.json.gz"
+    with gzip.open(bad, "wt") as f:
+        f.write(json.dumps({"body": texts[6]}) + "\n")
+    study = "text-files-rerun"
+    cfg = smoke_config(
+        study=study, **{"pretrain.text_files": {"paths": [str(tmp_path / "c4-train.*.json.gz")]}}
+    )
+    configfile = write_config(tmp_path, cfg)
+    shards = ROOT / "results" / study / "data" / "shards"
+    targets = [f"results/{study}/data/shards/{shard_name(p)}.json" for p in (good, bad)]
+    try:
+        res = snakemake(configfile, "--cores", "2", "--keep-going", *targets)
+        assert res.returncode != 0 and "has a document without a string field 'text'" in res.stderr
+        assert (shards / f"{shard_name(good)}.bin").is_file() and not (
+            shards / f"{shard_name(bad)}.bin"
+        ).exists()
+        write_jsonl_gz(bad, texts[6:8])
+        res = snakemake(configfile, "--cores", "2", "-n", *targets)
+        assert res.returncode == 0 and re.search(r"^tokenize_shard\s+1$", res.stdout + res.stderr, re.M)
+    finally:
+        import shutil
+
+        shutil.rmtree(ROOT / "results" / study, ignore_errors=True)
