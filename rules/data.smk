@@ -84,6 +84,7 @@ rule tokenize_shard:
     resources:
         **fixed_resources(2000, 60),
     params:
+        source=lambda wc: TEXT_FILES[wc.shard],
         field=config["pretrain"]["text_files"]["text_field"] if TEXT_FILES else None,
         batch=config["pretrain"]["text_files"]["batch_documents"] if TEXT_FILES else None,
     script:

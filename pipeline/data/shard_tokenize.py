@@ -18,6 +18,25 @@ from pathlib import Path
 from typing import Any
 
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")  # JSON: one document per line
+HUB = "hf://datasets/"  # a hub dataset's file: hf://datasets/<repo>@<revision>/<file>
+
+
+def hub_source(repo: str, revision: str, file: str) -> str:
+    """The source of one file of a hub dataset at a revision (`pretrain.text_files.hub`)."""
+    return f"{HUB}{repo}@{revision}/{file}"
+
+
+def local_text_file(source: str) -> str:
+    """A text file's local path: a local source itself; a hub dataset's file from the hub cache,
+    downloaded there on first use (offline, HF_HUB_OFFLINE=1: the cache only, e.g. files fetched
+    beforehand with `huggingface-cli download --repo-type dataset --revision ...`)."""
+    if not source.startswith(HUB):
+        return source
+    from huggingface_hub import hf_hub_download
+
+    repo, at = source[len(HUB) :].split("@", 1)
+    revision, file = at.split("/", 1)
+    return hf_hub_download(repo, file, repo_type="dataset", revision=revision)
 
 
 def shard_name(path: str | Path) -> str:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pipeline import layout
 from pipeline.curvature.config import CurvatureConfig
-from pipeline.data.shard_tokenize import shard_name
+from pipeline.data.shard_tokenize import hub_source, shard_name
 from pipeline.data.task_items import TaskError
 from pipeline.data.tasks import TASK_NAMES, task_files, task_kind
 from pipeline.data.token_shards import check_shards, shard_set
@@ -89,28 +89,38 @@ def check_budgets_fit(config: dict) -> None:
 
 
 def text_files(config: dict) -> dict[str, str]:
-    """`pretrain.text_files` by shard name (each file's, unique): a clear error for a pattern that
-    matches nothing, a file of another format, two files of one name, or token_shards beside it."""
+    """`pretrain.text_files` by shard name (each file's, unique): local files (`paths`, globs
+    expanded) or a hub dataset's files at a revision (`hub`, as `hf://datasets/<repo>@<rev>/<file>`).
+    A clear error for a pattern that matches nothing, a file of another format, two files of one
+    name, neither or both sources, or token_shards beside it."""
     pt = config["pretrain"]
-    if not pt.get("text_files"):
+    section = pt.get("text_files")
+    if not section:
         return {}
     if pt.get("token_shards"):
         raise ValueError("pretrain.text_files and pretrain.token_shards: give one source of training tokens")
-    files: dict[str, str] = {}
-    for pattern in pt["text_files"]["paths"]:
+    if bool(section.get("paths")) == bool(section.get("hub")):
+        raise ValueError(
+            "pretrain.text_files: give paths (local files) or hub (a hub dataset's files), one of them"
+        )
+    sources: list[str] = []
+    for pattern in section.get("paths") or []:
         found = sorted(glob.glob(str(pattern)))
         if not found:
             raise ValueError(
                 f"pretrain.text_files.paths: {pattern} matches no file "
                 "(expected JSON lines, .json.gz or Parquet)"
             )
-        for path in found:
-            name = shard_name(path)
-            if name in files:
-                raise ValueError(
-                    f"pretrain.text_files.paths: {files[name]} and {path} make the same shard {name!r}"
-                )
-            files[name] = path
+        sources += found
+    if section.get("hub"):
+        hub = section["hub"]
+        sources += [hub_source(hub["repo"], hub["revision"], f) for f in hub["files"]]
+    files: dict[str, str] = {}
+    for source in sources:
+        name = shard_name(source)
+        if name in files:
+            raise ValueError(f"pretrain.text_files: {files[name]} and {source} make the same shard {name!r}")
+        files[name] = source
     return files
 
 

@@ -9,12 +9,13 @@ from pipeline.runtime import setup_logging
 
 setup_logging(snakemake.log[0])
 os.environ["RAYON_NUM_THREADS"] = str(snakemake.threads)  # the tokenizer's threads: the job's
-from pipeline.data.shard_tokenize import tokenize_file  # noqa: E402 (after the thread count)
+from pipeline.data.shard_tokenize import local_text_file, tokenize_file  # noqa: E402 (after the thread count)
 from pipeline.data.tokenizer import EOS  # noqa: E402
 
+source = local_text_file(snakemake.params.source)  # a hub dataset's file: from the hub cache
 start = time.perf_counter()
 info = tokenize_file(
-    snakemake.input.text,
+    source,
     snakemake.input.tokenizer,
     EOS,
     snakemake.output.tokens,
@@ -26,7 +27,7 @@ info = tokenize_file(
 seconds = time.perf_counter() - start
 logging.info(
     "%s: %d documents, %d tokens (%s) in %.1f s (%.0f tokens/s)",
-    snakemake.input.text,
+    snakemake.params.source,
     info["documents"],
     info["tokens"],
     info["dtype"],

@@ -76,6 +76,9 @@ def text_files_error(**overrides) -> str:
 
 
 def test_text_files_that_cannot_be_read_stop_at_start_up(texts, tmp_path):
+    assert "give paths (local files) or hub" in text_files_error(
+        **{"pretrain.text_files": {"text_field": "text"}}
+    )
     missing = str(tmp_path / "c4" / "*.json.gz")
     assert f"pretrain.text_files.paths: {missing} matches no file" in text_files_error(
         **{"pretrain.text_files": {"paths": [missing]}}
@@ -122,6 +125,48 @@ def test_a_failed_file_leaves_the_others_tokenized(texts, tmp_path):
         write_jsonl_gz(bad, texts[6:8])
         res = snakemake(configfile, "--cores", "2", "-n", *targets)
         assert res.returncode == 0 and re.search(r"^tokenize_shard\s+1$", res.stdout + res.stderr, re.M)
+    finally:
+        import shutil
+
+        shutil.rmtree(ROOT / "results" / study, ignore_errors=True)
+
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def hub_dataset_cache(root, files: dict[str, list[str]]) -> str:
+    """A hub cache holding allenai/c4 at COMMIT with `files` (path in the dataset -> documents), laid
+    out as huggingface_hub keeps a downloaded dataset (snapshots/<commit>/<file>, refs/main)."""
+    repo = root / "datasets--allenai--c4"
+    for name, docs in files.items():
+        (repo / "snapshots" / COMMIT / name).parent.mkdir(parents=True, exist_ok=True)
+        write_jsonl_gz(repo / "snapshots" / COMMIT / name, docs)
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text(COMMIT)
+    return str(root)
+
+
+def test_a_hub_datasets_files_are_tokenized_from_the_cache_one_job_each(texts, tmp_path):
+    """`pretrain.text_files.hub`: each file of allenai/c4 at a commit, read offline from the hub cache
+    by its own job, is the same shard as the same file given locally."""
+    from workflow_utils import snakemake, workflow_env
+
+    names = [f"en/c4-train.{i:05d}-of-01024.json.gz" for i in range(2)]
+    cache = hub_dataset_cache(tmp_path / "hub", {names[0]: texts[:4], names[1]: texts[4:6]})
+    study = "text-files-hub"
+    hub = {"repo": "allenai/c4", "revision": COMMIT, "files": names}
+    configfile = write_config(tmp_path, smoke_config(study=study, **{"pretrain.text_files": {"hub": hub}}))
+    assert planned_jobs(configfile)["tokenize_shard"] == 2
+    local = write_jsonl_gz(tmp_path / "local.json.gz", texts[:4])
+    target = f"results/{study}/data/shards/{shard_name(names[0])}"
+    try:
+        env = workflow_env(HF_HUB_OFFLINE="1", HF_HUB_CACHE=cache)
+        res = snakemake(configfile, "--cores", "1", f"{target}.json", env=env)
+        assert res.returncode == 0, res.stderr[-3000:]
+        tokenizer = ROOT / "results" / study / "tokenizer" / "tokenizer.json"
+        expected, _, _ = shard(tmp_path, local, tokenizer.parent, "local")
+        np.testing.assert_array_equal(np.fromfile(ROOT / f"{target}.bin", dtype="uint16"), expected)
+        assert json.loads((ROOT / f"{target}.json").read_text())["documents"] == 4
     finally:
         import shutil
 
