@@ -1,6 +1,6 @@
 """finetune.grid_per_job through the real Snakefile: one job runs every rate of the grid for a
-(checkpoint, task, method, λ, seed), the tuned-rate seed stays one job, and the metrics equal one
-job per rate bit for bit."""
+(checkpoint, task, method, λ, seed), the tuned-rate seed stays one job, and the runs' metrics and
+curvature lines equal one job per rate bit for bit."""
 
 import shutil
 
@@ -8,6 +8,7 @@ import pandas as pd
 from workflow_utils import ROOT, planned_jobs, smoke_config, snakemake, write_config
 
 STUDY = "ci-grid"
+SETTING = f"results/{STUDY}/finetune/tiny-16384-s0/code/sft/lr_search/lam0"  # the runs of one setting
 
 
 def grid_config(grid_per_job: bool) -> dict:
@@ -15,8 +16,6 @@ def grid_config(grid_per_job: bool) -> dict:
         study=STUDY,
         **{
             "pretrain.budgets": [16384],
-            "perturb.gammas": [2],
-            "perturb.seeds": [0],
             "finetune.tasks": ["code"],
             "finetune.learning_rates": [1e-2, 1e-1],
             "finetune.seeds": [0, 1],
@@ -27,23 +26,24 @@ def grid_config(grid_per_job: bool) -> dict:
 
 
 def test_one_job_per_grid_equals_one_job_per_rate(tmp_path):
-    out = ROOT / "results" / STUDY
-    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(ROOT / "results" / STUDY, ignore_errors=True)
+    targets = [f"{SETTING}.parquet", f"{SETTING}.line.parquet"]
     grid = write_config(tmp_path, grid_config(True), "grid.yaml")
     jobs = planned_jobs(grid)
     assert jobs["finetune_grid"] == 1 and "finetune" not in jobs, jobs  # the tuned seed comes after
-    res = snakemake(grid, "--cores", "2")
+    res = snakemake(grid, "--cores", "2", *targets)
     assert res.returncode == 0, res.stderr[-5000:]
-    by_grid = pd.read_parquet(out / "metrics.parquet")
-    sft = by_grid[by_grid["modification"] == "sft"]
-    assert {(lr, s) for lr, s in zip(sft["learning_rate"], sft["seed"], strict=True)} == {
-        (1e-2, 0),
-        (1e-1, 0),
-        (sft.loc[sft["seed"] == 1, "learning_rate"].iloc[0], 1),
-    }
-    assert not (out / "finetune/.resume").exists() or not any((out / "finetune/.resume").rglob("*.parquet"))
+    by_grid = [pd.read_parquet(ROOT / t) for t in targets]
+    runs = by_grid[0].drop_duplicates(["learning_rate", "seed"])
+    tuned = runs.loc[runs["seed"] == 1, "learning_rate"].item()
+    assert sorted(zip(runs["learning_rate"], runs["seed"], strict=True)) == sorted(
+        [(0.01, 0), (0.1, 0), (tuned, 1)]
+    )
+    assert not any((ROOT / "results" / STUDY / "finetune" / ".resume").rglob("*.parquet"))
 
     per_rate = write_config(tmp_path, grid_config(False), "per_rate.yaml")
-    res = snakemake(per_rate, "--cores", "2", "--forcerun", "finetune")
+    res = snakemake(per_rate, "--cores", "2", "--forcerun", "finetune", *targets)
     assert res.returncode == 0, res.stderr[-5000:]
-    pd.testing.assert_frame_equal(pd.read_parquet(out / "metrics.parquet"), by_grid)
+    assert "rule finetune_grid" not in res.stdout + res.stderr
+    for table, before in zip(targets, by_grid, strict=True):
+        pd.testing.assert_frame_equal(pd.read_parquet(ROOT / table), before)
