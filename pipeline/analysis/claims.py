@@ -335,7 +335,9 @@ CLAIMS: list[Claim] = [
         "supported if every (task, LR)'s interval lies above 0; contradicted if every one lies below 0; "
         "otherwise not established",
         gap_grows,
-        confounds=TOY,
+        confounds=TOY + "; the verdict covers the learning rates the study runs: an evidence run that also "
+        "ran 0.01 found code's gap falling with tokens at 0.01, and the claim not established there "
+        "(docs/benchmarks.md)",
     ),
     Claim(
         "sharpness-grows",

@@ -17,6 +17,8 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from pipeline.io import atomic_path, write_json
+
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")  # JSON: one document per line
 HUB = "hf://datasets/"  # a hub dataset's file: hf://datasets/<repo>@<revision>/<file>
 
@@ -104,8 +106,6 @@ def tokenize_file(
     """Tokenize one text file into its shard (`out`), index and record; returns the record."""
     import numpy as np
     from tokenizers import Tokenizer
-
-    from pipeline.io import atomic_path, write_json
 
     tokenizer = Tokenizer.from_file(str(tokenizer_file))
     eos_id = tokenizer.token_to_id(eos)
