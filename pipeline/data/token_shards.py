@@ -33,19 +33,25 @@ class ShardSet:
         return [os.path.getsize(p) // self.itemsize for p in self.paths]
 
 
+def expand_paths(key: str, patterns: list[str], expected: str) -> list[str]:
+    """Files and glob patterns as files, in order (each glob sorted); a clear error naming `key` for a
+    pattern that matches nothing (a file that is missing)."""
+    paths: list[str] = []
+    for pattern in patterns:
+        found = sorted(glob.glob(str(pattern)))
+        if not found:
+            raise ValueError(f"{key}: {pattern} matches no file (expected {expected})")
+        paths += found
+    return paths
+
+
 def shard_set(section: dict) -> ShardSet:
     """The shard set of `pretrain.token_shards` ({paths: [files or globs], dtype}); a clear error for
     a pattern that matches nothing or a file that is missing."""
-    paths: list[str] = []
-    for pattern in section["paths"]:
-        found = sorted(glob.glob(str(pattern)))
-        if not found:
-            raise ValueError(
-                f"pretrain.token_shards.paths: {pattern} matches no file (expected token shards: raw "
-                "uint16/uint32 arrays, OLMo's format)"
-            )
-        paths += found
-    return ShardSet(tuple(paths), section["dtype"])
+    expected = "token shards: raw uint16/uint32 arrays, OLMo's format"
+    return ShardSet(
+        tuple(expand_paths("pretrain.token_shards.paths", section["paths"], expected)), section["dtype"]
+    )
 
 
 def check_shards(shards: ShardSet, vocab_size: int) -> int:

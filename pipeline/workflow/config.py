@@ -16,7 +16,6 @@ The checks below are only those a schema cannot express (cross-key, files, regis
 
 from __future__ import annotations
 
-import glob
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,7 +25,7 @@ from pipeline.curvature.config import CurvatureConfig
 from pipeline.data.shard_tokenize import hub_source, shard_name
 from pipeline.data.task_items import TaskError
 from pipeline.data.tasks import TASK_NAMES, task_files, task_kind
-from pipeline.data.token_shards import check_shards, shard_set
+from pipeline.data.token_shards import check_shards, expand_paths, shard_set
 from pipeline.evaluate.benchmark_registry import (
     BenchmarkError,
     benchmark_config,
@@ -103,15 +102,8 @@ def text_files(config: dict) -> dict[str, str]:
         raise ValueError(
             "pretrain.text_files: give paths (local files) or hub (a hub dataset's files), one of them"
         )
-    sources: list[str] = []
-    for pattern in section.get("paths") or []:
-        found = sorted(glob.glob(str(pattern)))
-        if not found:
-            raise ValueError(
-                f"pretrain.text_files.paths: {pattern} matches no file "
-                "(expected JSON lines, .json.gz or Parquet)"
-            )
-        sources += found
+    expected = "JSON lines, .json.gz or Parquet"
+    sources = expand_paths("pretrain.text_files.paths", section.get("paths") or [], expected)
     if section.get("hub"):
         hub = section["hub"]
         sources += [hub_source(hub["repo"], hub["revision"], f) for f in hub["files"]]
