@@ -144,6 +144,7 @@ class PretrainConfig:
         "threads": "job threads (cannot change a number)",
         "ranks": "processes per job, resources.ranks (FSDP2; changes no number beyond float rounding)",
         "token_shards": "pre-tokenized training data: rule pretrain's inputs (pipeline/data/token_shards.py)",
+        "text_files": "text to tokenize into shards: rule tokenize_shard's, then pretrain's inputs",
     }
 
     seq_len: int
@@ -261,6 +262,7 @@ class FinetuneConfig:
         "methods": "wildcard {method}: each sets the METHOD fields (params, proximal, replay, linearized)",
         "seeds": "wildcard {seed}",
         "seeds_at": "which runs exist: every rate, or the tuned rate only (the targets)",
+        "grid_per_job": "how runs are grouped into jobs (rule finetune_grid; changes no number)",
         "select_metric": "what the tuned-LR analysis selects on (rule finetune_analysis's params)",
         "threads": "job threads (cannot change a number)",
         "ranks": "processes per job, resources.ranks (FSDP2; changes no number beyond float rounding)",

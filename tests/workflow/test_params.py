@@ -112,6 +112,7 @@ def test_execution_fields_have_one_default():
         "threads",
         "ranks",
         "collective_timeout_s",
+        "grid_per_job",
     }
 
 
