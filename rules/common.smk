@@ -130,18 +130,8 @@ def preset_resources(stage, ranks=1):
     return cluster.preset_resources(stage, DEVICE, CHECKPOINTS, ranks)
 
 
-def pretrain_resources(wildcards_tokens):
-    """A pre-training job's resources: the preset's; on GPUs its time limit from the cost model
-    (pretrain_sweep.runtime_minutes) where that is longer. `wildcards_tokens`: the job's tokens."""
-    base = preset_resources("pretrain", config["pretrain"]["ranks"])
-    if DEVICE != "cuda":
-        return base
-
-    def runtime(wc, attempt):
-        own = pretrain_sweep.runtime_minutes(config, wc.model, wildcards_tokens(wc))
-        return max(base["runtime"](wc, attempt), own * attempt)
-
-    return base | {"runtime": runtime}
+def pretrain_resources(job_tokens):
+    return cluster.pretrain_resources(DEVICE, CHECKPOINTS, config, job_tokens)
 
 
 def finetune_resources(runs=1):

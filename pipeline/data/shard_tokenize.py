@@ -17,6 +17,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Any
 
+from pipeline.data.token_shards import id_dtype
 from pipeline.io import atomic_path, write_json
 
 SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".parquet")  # JSON: one document per line
@@ -48,11 +49,6 @@ def shard_name(path: str | Path) -> str:
         if name.endswith(suffix):
             return re.sub(r"[^A-Za-z0-9._-]", "_", name[: -len(suffix)])
     raise ValueError(f"pretrain.text_files: {path}: expected one of {', '.join(SUFFIXES)}")
-
-
-def shard_dtype(vocab_size: int) -> str:
-    """The narrowest id type of the OLMo format that holds the vocabulary."""
-    return "uint16" if vocab_size <= 2**16 else "uint32"
 
 
 def read_documents(path: str | Path, field: str, batch_documents: int) -> Iterator[list[str]]:
@@ -111,7 +107,7 @@ def tokenize_file(
     eos_id = tokenizer.token_to_id(eos)
     if eos_id is None:
         raise ValueError(f"{tokenizer_file}: no end-of-document token {eos!r}")
-    dtype = shard_dtype(tokenizer.get_vocab_size())
+    dtype = id_dtype(tokenizer.get_vocab_size())
     tokens = documents = 0
     with atomic_path(out) as tmp_out, atomic_path(index) as tmp_index:
         with open(tmp_out, "wb") as shard, open(tmp_index, "wb") as starts:

@@ -17,6 +17,11 @@ from typing import Any
 DTYPES = {"uint16": 2, "uint32": 4}  # bytes per token id
 
 
+def id_dtype(vocab_size: int) -> str:
+    """The narrowest id type of the format that holds the vocabulary's ids."""
+    return "uint16" if vocab_size <= 2**16 else "uint32"
+
+
 @dataclass(frozen=True)
 class ShardSet:
     """`pretrain.token_shards`: the shard files (globs expanded, in order) and their id type."""

@@ -10,6 +10,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from pipeline.data.corpus import EXTRA_TOKENIZER_TEXTS
+from pipeline.data.token_shards import id_dtype
 from pipeline.io import atomic_path
 
 if TYPE_CHECKING:
@@ -67,8 +68,7 @@ def pack_documents(ids: list[list[int]], eos: int, vocab_size: int) -> np.ndarra
     """Documents' token ids as one array, each followed by `eos` (uint16 where the vocabulary fits)."""
     import numpy as np
 
-    dtype = np.uint16 if vocab_size <= np.iinfo(np.uint16).max else np.uint32
-    out = np.empty(sum(len(x) + 1 for x in ids), dtype=dtype)
+    out = np.empty(sum(len(x) + 1 for x in ids), dtype=id_dtype(vocab_size))
     pos = 0
     for doc in ids:
         out[pos : pos + len(doc)] = doc
