@@ -21,6 +21,7 @@ from pipeline.workflow.config import (
     finetune_search,
     finetune_section,
     grid_job_seeds,
+    grid_jobs,
     reference_checkpoint,
     task_settings,
     text_files,

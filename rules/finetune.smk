@@ -87,7 +87,7 @@ rule finetune:
 # finetune.grid_per_job: every rate of the grid for one (checkpoint, task, method, lambda, seed) in
 # one job, the process's start-up paid once (CPU toy studies: docs/benchmarks.md); the seeds that
 # run at the tuned rate only stay one job per run (rule finetune).
-if finetune_enabled(config) and config["finetune"]["grid_per_job"]:
+if grid_jobs(config):
 
     ruleorder: finetune_grid > finetune
 

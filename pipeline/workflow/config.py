@@ -372,22 +372,37 @@ def grid_job_seeds(config: dict) -> list[int]:
     return seeds if finetune_search(config) is None else seeds[:1]
 
 
-def check_grid_per_job(config: dict) -> None:
-    """`finetune.grid_per_job` needs a grid known before any run (not a search) and per-run outputs
-    only (not the judged metric's responses)."""
-    if not (finetune_enabled(config) and config["finetune"]["grid_per_job"]):
-        return
-    key = "invalid config: finetune.grid_per_job"
+def grid_jobs(config: dict) -> bool:
+    """Whether the grid's rates run in one job per (checkpoint, task, method, λ, seed)
+    (`finetune.grid_per_job`; `auto`: where that is allowed and saves a start-up, i.e. >1 rate)."""
+    setting = config["finetune"]["grid_per_job"]
+    if not finetune_enabled(config) or setting is False:
+        return False
+    return setting is True or (not grid_jobs_refused(config) and len(finetune_lrs(config)) > 1)
+
+
+def grid_jobs_refused(config: dict) -> str | None:
+    """Why the grid's rates cannot run in one job (a grid known before any run and per-run outputs
+    only are needed), or None."""
     if isinstance(config["finetune"]["learning_rates"], dict):
-        raise ConfigError(
-            f"{key}: a search's learning rates are known only as it goes; give finetune.learning_rates "
-            "as a grid or set grid_per_job: false"
+        return (
+            "a search's learning rates are known only as it goes; give finetune.learning_rates "
+            "as a grid or set grid_per_job: false (or auto)"
         )
     if alpaca_eval_enabled(config):
-        raise ConfigError(
-            f"{key}: the judged metric's responses are one job's output per run; set grid_per_job: false "
-            "or alpaca_eval.enabled: false"
+        return (
+            "the judged metric's responses are one job's output per run; set grid_per_job: false "
+            "(or auto) or alpaca_eval.enabled: false"
         )
+    return None
+
+
+def check_grid_per_job(config: dict) -> None:
+    """`finetune.grid_per_job: true` where the grid's rates cannot run in one job."""
+    if finetune_enabled(config) and config["finetune"]["grid_per_job"] is True:
+        reason = grid_jobs_refused(config)
+        if reason:
+            raise ConfigError(f"invalid config: finetune.grid_per_job: {reason}")
 
 
 def finetune_search(config: dict) -> LRSearch | None:

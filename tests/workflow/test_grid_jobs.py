@@ -5,15 +5,16 @@ curvature lines equal one job per rate bit for bit."""
 import shutil
 
 import pandas as pd
+import pytest
 from workflow_utils import ROOT, planned_jobs, smoke_config, snakemake, write_config
 
 STUDY = "ci-grid"
 SETTING = f"results/{STUDY}/finetune/tiny-16384-s0/code/sft/lr_search/lam0"  # the runs of one setting
 
 
-def grid_config(grid_per_job: bool) -> dict:
+def grid_config(grid_per_job: bool | str, study: str = STUDY, **overrides) -> dict:
     return smoke_config(
-        study=STUDY,
+        study=study,
         **{
             "pretrain.budgets": [16384],
             "finetune.tasks": ["code"],
@@ -21,6 +22,7 @@ def grid_config(grid_per_job: bool) -> dict:
             "finetune.seeds": [0, 1],
             "finetune.seeds_at": "tuned",
             "finetune.grid_per_job": grid_per_job,
+            **overrides,
         },
     )
 
@@ -47,3 +49,19 @@ def test_one_job_per_grid_equals_one_job_per_rate(tmp_path):
     assert "rule finetune_grid" not in res.stdout + res.stderr
     for table, before in zip(targets, by_grid, strict=True):
         pd.testing.assert_frame_equal(pd.read_parquet(ROOT / table), before)
+
+
+@pytest.mark.parametrize(
+    "overrides, grid_jobs",
+    [
+        ({}, True),  # a grid of 2 rates: one job for both
+        ({"finetune.learning_rates": [1e-2]}, False),  # one rate: nothing to save
+        ({"finetune.learning_rates": {"search": {"bracket": [1e-3, 1e-1], "resolution": 0.5}}}, False),
+    ],
+    ids=["grid", "one-rate", "search"],
+)
+def test_auto_runs_grid_jobs_where_they_are_allowed_and_save_a_start_up(tmp_path, overrides, grid_jobs):
+    """`grid_per_job: auto` (the default study's): grid jobs for a grid of several rates; one job per
+    run for one rate or a search (where `true` is an error), with no error."""
+    jobs = planned_jobs(write_config(tmp_path, grid_config("auto", "ci-grid-auto", **overrides)))
+    assert ("finetune_grid" in jobs) == grid_jobs and ("finetune" in jobs) != grid_jobs, jobs

@@ -156,7 +156,10 @@ class Cluster:
                     f"SlurmdLogFile={self.root / 'slurmd.log'}",
                     "SelectType=select/cons_tres",
                     "SelectTypeParameters=CR_Core_Memory",
-                    "ProctrackType=proctrack/linuxproc",
+                    # by process group: a job's process whose parent (the batch shell) died first is
+                    # still the job's (proctrack/linuxproc loses it; a cancelled job left one behind)
+                    "ProctrackType=proctrack/pgid",
+                    "KillWait=5",  # a cancelled job's processes get SIGKILL 5 s after SIGTERM (default 30)
                     "TaskPlugin=task/none",
                     "JobAcctGatherType=jobacct_gather/none",
                     "AccountingStorageType=accounting_storage/none",
