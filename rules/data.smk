@@ -95,7 +95,7 @@ rule tokenize_shard:
 # whose id pre-training never predicts (pipeline/data/manifest.py).
 rule token_coverage:
     input:
-        tokens=study_path(layout.TRAIN_TOKENS),
+        tokens=pretrain_tokens(),
         tokenizer=study_path(layout.TOKENIZER),
         tasks=coverage_task_tables,
     output:
@@ -108,6 +108,6 @@ rule token_coverage:
         "../envs/overtrain.yaml"
     threads: 1
     resources:
-        **fixed_resources(4000, 30),
+        **cluster.scan_resources(4000, 30, mb_per_minute=6000),
     script:
         "scripts/token_coverage.py"

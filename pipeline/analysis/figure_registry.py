@@ -37,45 +37,68 @@ class Figure:
         return f"report/{self.name}.rst"
 
 
-_GAUSSIAN = "Gaussian perturbations"
-_THEORY = "Theory: two-layer linear networks"
-_CURVATURE = "Sharpness and the quadratic prediction (Appendix D)"
-_LINEAR = "Linearization, the NTK and mitigations"
-_TRANSFER = "Theory: transfer (features are fate, linear teachers) and why overtraining needs depth"
+def _figures(rule: str, category: str, stage: str, *names: str) -> tuple[Figure, ...]:
+    """The figures one rule writes, in its order, under one report category and stage."""
+    return tuple(Figure(name, rule, category, stage) for name in names)
+
 
 FIGURES: tuple[Figure, ...] = (
-    Figure("progressive_sensitivity", "figures", _GAUSSIAN, "sweep"),
-    Figure("inflection_point", "figures", _GAUSSIAN, "sweep"),
-    Figure("pretrain_loss", "loss_curves", "Pre-training", "pretrain"),
-    Figure("finetune_fixed_lr", "finetune_figures", "Fine-tuning", "finetune"),
-    Figure("finetune_tuned", "finetune_figures", "Fine-tuning", "finetune"),
-    Figure("finetune_distance", "finetune_figures", "Fine-tuning", "finetune"),
-    Figure(
-        "alpaca_eval_win_rate", "alpaca_eval_figures", "Instruction following (AlpacaEval)", "alpaca_eval"
+    *_figures("figures", "Gaussian perturbations", "sweep", "progressive_sensitivity", "inflection_point"),
+    *_figures("loss_curves", "Pre-training", "pretrain", "pretrain_loss"),
+    *_figures(
+        "finetune_figures",
+        "Fine-tuning",
+        "finetune",
+        "finetune_fixed_lr",
+        "finetune_tuned",
+        "finetune_distance",
     ),
-    Figure("benchmarks", "benchmark_figures", "Benchmarks", "benchmarks"),
-    Figure("curvature_gaussian", "curvature_figures", _CURVATURE, "curvature"),
-    Figure("curvature_finetune", "curvature_figures", _CURVATURE, "curvature"),
-    Figure("sharpness", "curvature_figures", _CURVATURE, "curvature"),
-    Figure("linearization_table1", "linearization_figures", _LINEAR, "linearization"),
-    Figure("linearization_gap_tokens", "linearization_figures", _LINEAR, "linearization"),
-    Figure("linearized_vs_real", "linearization_figures", _LINEAR, "linearization"),
-    Figure("ntk_outcome", "linearization_figures", _LINEAR, "linearization"),
-    Figure("layer_selection", "linearization_figures", _LINEAR, "linearization"),
-    Figure("wise_ft_front", "linearization_figures", _LINEAR, "linearization"),
-    Figure("theory_perturbation", "theory", _THEORY, "theory"),
-    Figure("theory_delta_pre", "theory", _THEORY, "theory"),
-    Figure("theory_finetune_loss", "theory", _THEORY, "theory"),
-    Figure("theory_lambda_sweep", "theory", _THEORY, "theory"),
-    Figure("vlm_benchmarks", "vlm_figures", "Multimodal fine-tuning (LLaVA)", "multimodal"),
-    Figure("transfer_faf_linear", "theory_transfer", _TRANSFER, "theory"),
-    Figure("transfer_faf_ridge", "theory_transfer", _TRANSFER, "theory"),
-    Figure("transfer_faf_finetune", "theory_transfer", _TRANSFER, "theory"),
-    Figure("transfer_faf_distance", "theory_transfer", _TRANSFER, "theory"),
-    Figure("transfer_lt_alignment", "theory_transfer", _TRANSFER, "theory"),
-    Figure("transfer_lt_depth", "theory_transfer", _TRANSFER, "theory"),
-    Figure("transfer_lt_frozen", "theory_transfer", _TRANSFER, "theory"),
-    Figure("transfer_overtraining", "theory_transfer", _TRANSFER, "theory"),
+    *_figures(
+        "alpaca_eval_figures", "Instruction following (AlpacaEval)", "alpaca_eval", "alpaca_eval_win_rate"
+    ),
+    *_figures("benchmark_figures", "Benchmarks", "benchmarks", "benchmarks"),
+    *_figures(
+        "curvature_figures",
+        "Sharpness and the quadratic prediction (Appendix D)",
+        "curvature",
+        "curvature_gaussian",
+        "curvature_finetune",
+        "sharpness",
+    ),
+    *_figures(
+        "linearization_figures",
+        "Linearization, the NTK and mitigations",
+        "linearization",
+        "linearization_table1",
+        "linearization_gap_tokens",
+        "linearized_vs_real",
+        "ntk_outcome",
+        "layer_selection",
+        "wise_ft_front",
+    ),
+    *_figures(
+        "theory",
+        "Theory: two-layer linear networks",
+        "theory",
+        "theory_perturbation",
+        "theory_delta_pre",
+        "theory_finetune_loss",
+        "theory_lambda_sweep",
+    ),
+    *_figures("vlm_figures", "Multimodal fine-tuning (LLaVA)", "multimodal", "vlm_benchmarks"),
+    *_figures(
+        "theory_transfer",
+        "Theory: transfer (features are fate, linear teachers) and why overtraining needs depth",
+        "theory",
+        "transfer_faf_linear",
+        "transfer_faf_ridge",
+        "transfer_faf_finetune",
+        "transfer_faf_distance",
+        "transfer_lt_alignment",
+        "transfer_lt_depth",
+        "transfer_lt_frozen",
+        "transfer_overtraining",
+    ),
 )
 
 

@@ -10,10 +10,15 @@ perplexity on code). The default study keeps every task's unseen share at most `
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
+
+log = logging.getLogger(__name__)
 
 MAX_UNSEEN = 0.001  # the default study's target: at most 0.1% of a task's test tokens unseen
 
@@ -35,21 +40,33 @@ def corpus_manifest(corpus: pd.DataFrame, n_tokens: Sequence[int], kinds: Mappin
     return out
 
 
-def token_coverage(
-    train_tokens: np.ndarray, task_tokens: Mapping[tuple[str, str], Sequence[int]]
-) -> pd.DataFrame:
-    """Per (task, split): its tokens, how many have an id that never occurs as a target in
-    `train_tokens` (every position after the first is some chunk's target), that share, and the
-    distinct unseen ids. `task_tokens`: (task, split) -> the split's token ids (all documents)."""
-    top = max(
-        [int(np.max(train_tokens, initial=0))] + [int(np.max(v, initial=0)) for v in task_tokens.values()]
-    )
-    seen = np.zeros(top + 1, dtype=bool)
-    seen[np.asarray(train_tokens[1:], dtype=np.int64)] = True
+def seen_targets(tokens: Any, chunk: int = 2**24, log_every_s: float = 30.0) -> np.ndarray:
+    """Which ids occur as a pre-training target in `tokens` (every position after the first; anything
+    with `len` and slices: a token array, or the shards' TokenStream), read `chunk` ids at a time, so
+    a sweep's shards of any size are scanned in constant memory; progress logged every `log_every_s`."""
+    seen = np.zeros(0, dtype=bool)
+    total, t0, last = len(tokens), time.monotonic(), time.monotonic()
+    for start in range(1, total, chunk):
+        ids = np.asarray(tokens[start : start + chunk], dtype=np.int64)
+        if ids.size and ids.max() >= len(seen):
+            seen = np.concatenate([seen, np.zeros(int(ids.max()) + 1 - len(seen), dtype=bool)])
+        seen[ids] = True
+        if time.monotonic() - last > log_every_s:
+            last, done = time.monotonic(), start + len(ids)
+            rate = done / (last - t0)
+            log.info("read %d of %d tokens (%.0f tok/s, ETA %.0fs)", done, total, rate, (total - done) / rate)
+    return seen
+
+
+def token_coverage(seen: np.ndarray, task_tokens: Mapping[tuple[str, str], Sequence[int]]) -> pd.DataFrame:
+    """Per (task, split): its tokens, how many have an id that never occurs as a pre-training target
+    (`seen`, from `seen_targets`), that share, and the distinct unseen ids. `task_tokens`:
+    (task, split) -> the split's token ids (all documents)."""
     rows = []
     for (task, split), ids in task_tokens.items():
         ids = np.asarray(ids, dtype=np.int64)
-        unseen = ~seen[ids]
+        unseen = ids >= len(seen)
+        unseen[~unseen] = ~seen[ids[~unseen]]
         rows.append(
             {
                 "task": task,

@@ -1,6 +1,6 @@
-"""Pre-tokenized training data on disk, read by memmap: the OLMo / OLMo-core format (raw 1-D arrays of
-token ids with no header, uint16 or uint32, EOS between documents; OLMo-core's "Data loading" guide),
-as `pretrain.token_shards` names them, or the study's own `data/train_tokens.npy`.
+"""Pre-tokenized training data on disk, read slice by slice: the OLMo / OLMo-core format (raw 1-D
+arrays of token ids with no header, uint16 or uint32, EOS between documents; OLMo-core's "Data
+loading" guide), as `pretrain.token_shards` names them, or the study's own `data/train_tokens.npy`.
 
 Torch-free and light (numpy only, and only in the functions that open shards): the Snakefile checks
 the shards at start-up (`check_shards`) from their sizes alone, before any job.
@@ -9,7 +9,9 @@ the shards at start-up (`check_shards`) from their sizes alone, before any job.
 from __future__ import annotations
 
 import glob
+import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +61,18 @@ def shard_set(section: dict) -> ShardSet:
     )
 
 
+def pretrain_shards(section: dict, inputs: Sequence[str]) -> ShardSet | None:
+    """The shards a job of the study reads, from the `pretrain` config section and the job's token
+    inputs: the study's own (`text_files`, tokenized by rule tokenize_shard, each with its record
+    naming its id type), `token_shards`, or None (the study's split)."""
+    if section.get("text_files"):
+        dtypes = {json.loads(Path(p).with_suffix(".json").read_text())["dtype"] for p in inputs}
+        if len(dtypes) != 1:
+            raise ValueError(f"the study's token shards disagree on their id type: {sorted(dtypes)}")
+        return ShardSet(tuple(inputs), dtypes.pop())
+    return shard_set(section["token_shards"]) if section.get("token_shards") else None
+
+
 def check_shards(shards: ShardSet, vocab_size: int) -> int:
     """Every shard whole (a size in whole token ids, not empty) and its id type able to hold the
     vocabulary; the tokens available."""
@@ -78,14 +92,47 @@ def check_shards(shards: ShardSet, vocab_size: int) -> int:
 
 
 class TokenStream:
-    """The shards as one sequence of token ids, read by memmap (constant memory: pages are read as
-    slices touch them). Supports `len` and slicing, which is what the samplers use."""
+    """Token files as one sequence of token ids, read by positioned reads (`os.pread`) of the slices
+    asked for: the job's memory stays the same whatever the files' size. Supports `len` and
+    contiguous slicing, which is what the samplers use.
 
-    def __init__(self, shards: ShardSet):
+    Not a memmap: the kernel maps more of a memmapped file than each random chunk touches (pages
+    around it), and the mapped pages count in the job's RSS until the map is closed; pre-training
+    samples chunks at random over the whole file, so its peak RSS grew by +73% from 1x to 20x the
+    corpus against +3% by positioned reads (bench/bench_tokenize.py prints both)."""
+
+    def __init__(self, paths: tuple[str, ...], dtype: str, header_bytes: tuple[int, ...] | None = None):
         import numpy as np
 
-        self.parts = [np.memmap(p, dtype=shards.dtype, mode="r") for p in shards.paths]
-        self.starts = np.cumsum([0] + [len(p) for p in self.parts])
+        self.paths, self.dtype = paths, np.dtype(dtype)
+        self.header_bytes = header_bytes or (0,) * len(paths)  # where each file's ids begin
+        sizes = [
+            (os.path.getsize(p) - o) // self.dtype.itemsize
+            for p, o in zip(paths, self.header_bytes, strict=True)
+        ]
+        self.starts = np.cumsum([0, *sizes])
+
+    @classmethod
+    def of_shards(cls, shards: ShardSet) -> TokenStream:
+        """`pretrain.token_shards`: raw files, no header."""
+        return cls(shards.paths, shards.dtype)
+
+    @classmethod
+    def of_npy(cls, path: str | Path) -> TokenStream:
+        """A 1-D `.npy` array (the study's own split): its ids past the header."""
+        import numpy as np
+
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, fortran, dtype = read_header(f)
+            if len(shape) != 1:
+                raise ValueError(f"{path}: expected a 1-D array of token ids, got shape {shape}")
+            return cls((str(path),), dtype.str, (f.tell(),))
 
     def __len__(self) -> int:
         return int(self.starts[-1])
@@ -95,21 +142,36 @@ class TokenStream:
 
         start, stop, step = index.indices(len(self))
         if step != 1:
-            raise ValueError("token shards are read in contiguous slices")
+            raise ValueError("token files are read in contiguous slices")
         pieces = []
         i = int(np.searchsorted(self.starts, start, side="right")) - 1
         while start < stop:
             offset = start - int(self.starts[i])
-            take = min(stop - start, len(self.parts[i]) - offset)
-            pieces.append(self.parts[i][offset : offset + take])
+            take = min(stop - start, int(self.starts[i + 1]) - start)
+            pieces.append(self._read(i, offset, take))
             start += take
             i += 1
-        return np.concatenate(pieces) if len(pieces) != 1 else np.asarray(pieces[0])
+        return np.concatenate(pieces) if len(pieces) != 1 else pieces[0]
+
+    def _read(self, part: int, offset: int, count: int) -> Any:
+        """`count` ids of file `part` from its id `offset` (opened per read: a sweep may have more
+        shards than a process may hold open)."""
+        import numpy as np
+
+        size = self.dtype.itemsize
+        fd = os.open(self.paths[part], os.O_RDONLY)
+        try:
+            data = os.pread(fd, count * size, self.header_bytes[part] + offset * size)
+        finally:
+            os.close(fd)
+        if len(data) != count * size:
+            raise ValueError(
+                f"{self.paths[part]}: {len(data)} bytes where {count * size} were expected (truncated?)"
+            )
+        return np.frombuffer(data, dtype=self.dtype)
 
 
-def open_tokens(path: str | Path | None, shards: ShardSet | None) -> Any:
+def open_tokens(path: str | Path | None, shards: ShardSet | None) -> TokenStream:
     """The training tokens a pre-training job reads: the shards (`pretrain.token_shards`), else the
-    study's own split (`path`, a .npy memmap)."""
-    import numpy as np
-
-    return TokenStream(shards) if shards is not None else np.load(path, mmap_mode="r")
+    study's own split (`path`, a .npy file)."""
+    return TokenStream.of_shards(shards) if shards is not None else TokenStream.of_npy(path)

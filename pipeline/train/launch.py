@@ -75,7 +75,7 @@ def run_rank(job: Any, execute: Callable[[Any, Any], object], timeout_s: float) 
     set_threads(job.threads)
     try:
         execute(replace(job, device=device), Sharded(ranks))
-        ranks.barrier()  # every rank done before any tears its connections down (a CI run lost a rank at exit)
+        ranks.barrier()  # every rank done before any tears its connections down (CI lost a rank at exit)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()

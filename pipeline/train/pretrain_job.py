@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from pipeline.data.token_shards import ShardSet, shard_set
+from pipeline.data.token_shards import ShardSet, pretrain_shards
 from pipeline.records import from_dict
 from pipeline.runtime import pick_device, set_threads
 from pipeline.train.config import COLLECTIVE_TIMEOUT_S, PretrainConfig, execution
@@ -72,11 +72,7 @@ def rule_job(rule: Any) -> PretrainJob:
     inputs, the preset, seed and budget (or stable step) from its wildcards."""
     section, wc = rule.config["pretrain"], rule.wildcards
     cfg = PretrainConfig(**rule.params.hp, **execution(PretrainConfig, section))
-    if section.get("text_files"):  # the study's own shards (rule tokenize_shard), each with its record
-        dtypes = {json.loads(Path(p).with_suffix(".json").read_text())["dtype"] for p in rule.input.tokens}
-        shards = ShardSet(tuple(rule.input.tokens), dtypes.pop())
-    else:
-        shards = shard_set(section["token_shards"]) if section.get("token_shards") else None
+    shards = pretrain_shards(section, rule.input.tokens)
     return PretrainJob(
         train_tokens=None if shards else rule.input.tokens,
         token_shards=shards,

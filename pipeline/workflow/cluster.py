@@ -131,6 +131,15 @@ def fixed_resources(mem_mb: int, runtime: int) -> dict[str, Callable]:
     return {"mem_mb": lambda wc, attempt: mem_mb * attempt, "runtime": lambda wc, attempt: runtime * attempt}
 
 
+def scan_resources(mem_mb: int, runtime: int, mb_per_minute: float) -> dict[str, Callable]:
+    """resources of a job that reads its inputs once (a sweep's token shards may be terabytes):
+    mem_mb, and `runtime` minutes plus one per `mb_per_minute` of input, times the attempt."""
+    return {
+        "mem_mb": lambda wc, attempt: mem_mb * attempt,
+        "runtime": lambda wc, input, attempt: int(runtime + input.size_mb / mb_per_minute) * attempt,
+    }
+
+
 def max_gpus(preset: str, device: str, params: int | None = None) -> int:
     """GPUs one job on `preset` (a hub checkpoint: of `params` parameters) can use, by the rule
     that sizes its resources (job_resources): every stage runs its model on a single

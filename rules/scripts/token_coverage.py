@@ -1,14 +1,14 @@
 """Rule token_coverage: per fine-tuning text task and evaluation split, the share of its tokens whose
-id never occurs as a pre-training target (pipeline/data/manifest.py)."""
+id never occurs as a pre-training target (pipeline/data/manifest.py), in what pre-training reads: the
+study's split or its token shards."""
 
 import logging
 from pathlib import Path
 
-import numpy as np
-
 from pipeline.data.encode import read_task
-from pipeline.data.manifest import MAX_UNSEEN, token_coverage
+from pipeline.data.manifest import MAX_UNSEEN, seen_targets, token_coverage
 from pipeline.data.task_items import item_text
+from pipeline.data.token_shards import open_tokens, pretrain_shards
 from pipeline.data.tokenizer import as_hf_tokenizer, encode_documents
 from pipeline.io import write_parquet
 from pipeline.runtime import setup_logging
@@ -21,7 +21,9 @@ for path in snakemake.input.tasks:
     for split in ("validation", "test"):
         docs = [item_text(it) for it in task.splits.get(split) or []]
         task_tokens[task.name, split] = [t for doc in encode_documents(tokenizer, docs) for t in doc]
-coverage = token_coverage(np.load(snakemake.input.tokens, mmap_mode="r"), task_tokens)
+shards = pretrain_shards(snakemake.config["pretrain"], snakemake.input.tokens)
+tokens = open_tokens(None if shards else snakemake.input.tokens, shards)
+coverage = token_coverage(seen_targets(tokens), task_tokens)
 write_parquet(snakemake.output[0], coverage)
 logging.info("tokens pre-training never predicts:\n%s", coverage.to_string(index=False))
 for r in coverage[coverage["unseen_share"] > MAX_UNSEEN].itertuples():

@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from workflow_utils import ROOT, planned_jobs, smoke_config, workflow_config, write_config
+from workflow_utils import ROOT, planned_jobs, smoke_config, snakemake, workflow_config, write_config
 
 from pipeline.data.shard_tokenize import read_documents, shard_name, tokenize_file
 from pipeline.data.token_shards import ShardSet, TokenStream
@@ -49,7 +49,10 @@ def test_a_files_shard_is_the_token_stream_of_its_documents(texts, tokenizer, to
     np.testing.assert_array_equal(b, expected)
     assert record["dtype"] == "uint16" and record["documents"] == len(texts) == len(starts)
     assert starts[0] == 0 and all(a[int(s) - 1] == tokenizer.eos_token_id for s in starts[1:])
-    assert TokenStream(ShardSet((str(tmp_path / "a.bin"),), "uint16"))[0 : len(a)].tolist() == a.tolist()
+    assert (
+        TokenStream.of_shards(ShardSet((str(tmp_path / "a.bin"),), "uint16"))[0 : len(a)].tolist()
+        == a.tolist()
+    )
     assert shard_name(jsonl) == "c4-train.00000-of-01024"
 
 
@@ -96,15 +99,18 @@ def test_a_study_on_text_files_tokenizes_one_file_per_job(texts, tmp_path):
     files = [write_jsonl_gz(tmp_path / f"c4-train.{i:05d}-of-00003.json.gz", texts[i::3]) for i in range(3)]
     pattern = str(tmp_path / "c4-train.*.json.gz")
     cfg = smoke_config(study="text-files", **{"pretrain.text_files": {"paths": [pattern]}})
-    jobs = planned_jobs(write_config(tmp_path, cfg))
+    configfile = write_config(tmp_path, cfg)
+    jobs = planned_jobs(configfile)
     assert jobs["tokenize_shard"] == len(files), jobs
+    # the token coverage is measured on what pre-training reads: the shards
+    res = snakemake(configfile, "-n", "results/text-files/data/token_coverage.parquet")
+    (inputs,) = re.findall(r"rule token_coverage:\n\s+input: (.*)", res.stdout)
+    assert [f"results/text-files/data/shards/{shard_name(p)}.bin" for p in files] == inputs.split(", ")[:3]
 
 
 def test_a_failed_file_leaves_the_others_tokenized(texts, tmp_path):
     """One bad file among two: its job fails and writes nothing; once fixed, the rerun tokenizes it
     alone (the other shard is not redone)."""
-    from workflow_utils import snakemake
-
     good = write_jsonl_gz(tmp_path / "c4-train.00000-of-00002.json.gz", texts[:6])
     bad = tmp_path / "c4-train.00001-of-00002.json.gz"
     with gzip.open(bad, "wt") as f:
@@ -149,7 +155,7 @@ def hub_dataset_cache(root, files: dict[str, list[str]]) -> str:
 def test_a_hub_datasets_files_are_tokenized_from_the_cache_one_job_each(texts, tmp_path):
     """`pretrain.text_files.hub`: each file of allenai/c4 at a commit, read offline from the hub cache
     by its own job, is the same shard as the same file given locally."""
-    from workflow_utils import snakemake, workflow_env
+    from workflow_utils import workflow_env
 
     names = [f"en/c4-train.{i:05d}-of-01024.json.gz" for i in range(2)]
     cache = hub_dataset_cache(tmp_path / "hub", {names[0]: texts[:4], names[1]: texts[4:6]})

@@ -34,7 +34,9 @@ def write_shards(tokens: np.ndarray, folder, cuts=(0.3, 0.55)) -> list[str]:
 
 def test_shards_read_as_one_stream_give_the_same_batches(tokens, tmp_path):
     paths = write_shards(tokens, tmp_path / "c4")
-    stream = TokenStream(shard_set({"paths": [str(tmp_path / "c4" / "part-*.npy")], "dtype": "uint16"}))
+    stream = TokenStream.of_shards(
+        shard_set({"paths": [str(tmp_path / "c4" / "part-*.npy")], "dtype": "uint16"})
+    )
     assert len(stream) == len(tokens)
     cut = int(0.3 * len(tokens))
     np.testing.assert_array_equal(stream[cut - 5 : cut + 5], tokens[cut - 5 : cut + 5])  # across a boundary
@@ -43,6 +45,18 @@ def test_shards_read_as_one_stream_give_the_same_batches(tokens, tmp_path):
     for step in (0, 7, 40):
         assert torch.equal(ours.batch(step)["input_ids"], theirs.batch(step)["input_ids"])
     assert check_shards(ShardSet(tuple(paths), "uint16"), vocab_size=2048) == len(tokens)
+
+
+def test_the_studys_split_reads_as_numpy_loads_it(tokens, tmp_path):
+    """The .npy split through the same reader: its ids past the header; a 2-D array is refused."""
+    np.save(tmp_path / "train.npy", tokens)
+    stream = TokenStream.of_npy(tmp_path / "train.npy")
+    assert len(stream) == len(tokens)
+    np.testing.assert_array_equal(stream[0 : len(tokens)], tokens)
+    np.testing.assert_array_equal(stream[17:300], tokens[17:300])
+    np.save(tmp_path / "square.npy", tokens[:100].reshape(10, 10))
+    with pytest.raises(ValueError, match="square.npy: expected a 1-D array"):
+        TokenStream.of_npy(tmp_path / "square.npy")
 
 
 def test_pretraining_on_shards_is_pretraining_on_the_split(tokens, tokenizer_dir, tmp_path):
@@ -120,3 +134,18 @@ def test_a_paper_scale_order_costs_no_memory():
     picks = order.take(10**9, 256)
     assert len(set(picks)) == 256 and all(0 <= p < 125_000_000 for p in picks)
     assert not isinstance(order._order(10**9 // 125_000_000), np.ndarray)
+
+
+def test_token_coverage_scans_the_shards_in_chunks_as_it_would_the_array(tokens, tmp_path):
+    """Rule token_coverage on a study with shards: the ids seen as targets, read a chunk at a time
+    across shard boundaries, are the array's; an id beyond every id seen counts as unseen."""
+    from pipeline.data.manifest import seen_targets, token_coverage
+
+    stream = TokenStream.of_shards(ShardSet(tuple(write_shards(tokens, tmp_path / "c4")), "uint16"))
+    seen = seen_targets(stream, chunk=1000)
+    whole = np.zeros(int(tokens.max()) + 1, dtype=bool)
+    whole[tokens[1:]] = True
+    np.testing.assert_array_equal(seen, whole)
+    beyond = len(seen) + 5
+    table = token_coverage(seen, {("t", "test"): [int(tokens[1]), beyond, beyond]})
+    assert table[["tokens", "unseen_tokens", "unseen_ids"]].values.tolist() == [[3, 2, 1]]
