@@ -49,6 +49,7 @@ def paper_scale_config(lambdas: list[float] = (0.0,), tasks: list[str] = TASKS) 
         learning_rates="paper",
         seeds=[0, 1, 2],
         seeds_at="all",
+        grid_per_job=False,  # one job per run, as on GPUs (device cuda: auto's choice too)
         lambdas=list(lambdas),
         batch_size=64,
         max_steps=None,

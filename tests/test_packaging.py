@@ -73,7 +73,7 @@ def test_non_editable_install_dry_runs_the_workflow(tmp_path):
     ).is_file()
     dry = _run([str(python), "-m", "snakemake", "-n", "--cores", "2"], cwd=workflow, env=env)
     assert dry.returncode == 0, dry.stderr[-3000:]
-    assert "rule finetune:" in dry.stdout + dry.stderr
+    assert "rule finetune_grid:" in dry.stdout + dry.stderr  # the default study's grid jobs
 
 
 def test_ruff_lint_is_clean():

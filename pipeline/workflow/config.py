@@ -374,11 +374,15 @@ def grid_job_seeds(config: dict) -> list[int]:
 
 def grid_jobs(config: dict) -> bool:
     """Whether the grid's rates run in one job per (checkpoint, task, method, λ, seed)
-    (`finetune.grid_per_job`; `auto`: where that is allowed and saves a start-up, i.e. >1 rate)."""
+    (`finetune.grid_per_job`). `auto`: where that is allowed and saves start-ups that matter: more
+    than one rate, and not `device: cuda`, whose jobs are sized per run (GPUs, time limit) and whose
+    runs take long enough that a grid job would hold its GPUs for the whole grid."""
     setting = config["finetune"]["grid_per_job"]
     if not finetune_enabled(config) or setting is False:
         return False
-    return setting is True or (not grid_jobs_refused(config) and len(finetune_lrs(config)) > 1)
+    if setting is True:
+        return True
+    return config["device"] != "cuda" and not grid_jobs_refused(config) and len(finetune_lrs(config)) > 1
 
 
 def grid_jobs_refused(config: dict) -> str | None:

@@ -57,11 +57,12 @@ def test_one_job_per_grid_equals_one_job_per_rate(tmp_path):
         ({}, True),  # a grid of 2 rates: one job for both
         ({"finetune.learning_rates": [1e-2]}, False),  # one rate: nothing to save
         ({"finetune.learning_rates": {"search": {"bracket": [1e-3, 1e-1], "resolution": 0.5}}}, False),
+        ({"device": "cuda"}, False),  # GPU jobs are sized per run
     ],
-    ids=["grid", "one-rate", "search"],
+    ids=["grid", "one-rate", "search", "cuda"],
 )
 def test_auto_runs_grid_jobs_where_they_are_allowed_and_save_a_start_up(tmp_path, overrides, grid_jobs):
-    """`grid_per_job: auto` (the default study's): grid jobs for a grid of several rates; one job per
-    run for one rate or a search (where `true` is an error), with no error."""
+    """`grid_per_job: auto` (the default study's): grid jobs for a grid of several rates on a CPU; one
+    job per run for one rate, a search (where `true` is an error) or `device: cuda`, with no error."""
     jobs = planned_jobs(write_config(tmp_path, grid_config("auto", "ci-grid-auto", **overrides)))
     assert ("finetune_grid" in jobs) == grid_jobs and ("finetune" in jobs) != grid_jobs, jobs
