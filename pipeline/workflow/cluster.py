@@ -134,9 +134,8 @@ def fixed_resources(mem_mb: int, runtime: int) -> dict[str, Callable]:
 def scan_resources(mem_mb: int, runtime: int, mb_per_minute: float) -> dict[str, Callable]:
     """resources of a job that reads its inputs once (a sweep's token shards may be terabytes):
     mem_mb, and `runtime` minutes plus one per `mb_per_minute` of input, times the attempt."""
-    return {
-        "mem_mb": lambda wc, attempt: mem_mb * attempt,
-        "runtime": lambda wc, input, attempt: int(runtime + input.size_mb / mb_per_minute) * attempt,
+    return fixed_resources(mem_mb, runtime) | {
+        "runtime": lambda wc, input, attempt: int(runtime + input.size_mb / mb_per_minute) * attempt
     }
 
 

@@ -22,7 +22,7 @@ for path in snakemake.input.tasks:
         docs = [item_text(it) for it in task.splits.get(split) or []]
         task_tokens[task.name, split] = [t for doc in encode_documents(tokenizer, docs) for t in doc]
 shards = pretrain_shards(snakemake.config["pretrain"], snakemake.input.tokens)
-tokens = open_tokens(None if shards else snakemake.input.tokens, shards)
+tokens = open_tokens(snakemake.input.tokens, shards)  # the shards where there are any, else the split
 coverage = token_coverage(seen_targets(tokens), task_tokens)
 write_parquet(snakemake.output[0], coverage)
 logging.info("tokens pre-training never predicts:\n%s", coverage.to_string(index=False))
