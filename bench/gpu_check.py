@@ -479,9 +479,9 @@ def step_torchrun(args, device: torch.device) -> dict:
     from pipeline.tasks.text import TextTaskSpec
     from pipeline.train.config import FinetuneConfig, execution
     from pipeline.train.finetune_job import FinetuneJob, run_in_process, run_on_ranks
-    from pipeline.train.memory import GpuSettings
     from pipeline.workflow.config import eval_config
     from pipeline.workflow.params import finetune_bench, finetune_params
+    from pipeline.workflow.plans import finetune_plan
 
     config = kit_study_config(args, device)
     study, ft = config["study"], config["finetune"]
@@ -493,6 +493,8 @@ def step_torchrun(args, device: torch.device) -> dict:
         FinetuneConfig(**finetune_params(config, "sft"), **execution(FinetuneConfig, ft)),
         checkpoint_every=4,
         linearization_tokens=0,  # the gap needs the whole model in one process: not on ranks
+        # on CUDA the memory planner's micro-batch, as the workflow gives a job (its `micro_batch`)
+        micro_batch_size=finetune_plan(spec, config).micro_batch if device.type == "cuda" else None,
     )
     work = args.work / "torchrun"
     shutil.rmtree(work, ignore_errors=True)
@@ -514,7 +516,6 @@ def step_torchrun(args, device: torch.device) -> dict:
             path=str(ROOT / spec.path),
             device=device.type,
             suite=BenchmarkSettings(**finetune_bench(config)) if finetune_bench(config) else None,
-            gpu=GpuSettings(**config["gpu"]),
             **kw,
         )
 

@@ -101,13 +101,6 @@ def hub_kwargs(spec: CheckpointSpec) -> dict:
     }
 
 
-def checkpoint_config(spec: CheckpointSpec, path: str | None):
-    """A checkpoint's transformers config (no weights read): its directory's, or the hub revision's."""
-    if spec.source == "hub":
-        return AutoConfig.from_pretrained(spec.model_id, **hub_kwargs(spec))
-    return AutoConfig.from_pretrained(path or spec.path)
-
-
 def architecture(spec: CheckpointSpec, vocab_size: int) -> torch.nn.Module:
     """A checkpoint's model on the meta device: its modules and shapes without weights or memory
     (a sweep checkpoint's preset before it is pre-trained, with the study's `vocab_size`)."""

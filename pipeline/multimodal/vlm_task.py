@@ -5,10 +5,10 @@ its batches, its held-out conversations, its benchmark rows, and the language mo
 - stage 2 (`v1` instructions, a fine-tuning task): the projector and the language model train
   from the stage-1 projector, the tower stays frozen (LLaVA-1.5's defaults).
 
-`prepare` gives the tokenizer its `<image>` token (pipeline/multimodal/llava.py) before the model is
-built; `build` is the loader's hook (pipeline/train/placement.py), run on every rank of a sharded
-job before sharding: a rank that builds on the meta device builds the tower and the projector there
-too, and receives rank 0's values.
+`build` is the loader's hook (pipeline/train/placement.py): it gives the job's tokenizer its `<image>`
+token (pipeline/multimodal/llava.py, `prepare`) and builds the LLaVA model around the checkpoint's.
+It runs on every rank of a sharded job before sharding: a rank that builds on the meta device builds
+the tower and the projector there too, and receives rank 0's values.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from pipeline.models.loading import checkpoint_config, load_checkpoint_tokenizer
 from pipeline.multimodal.config import TEMPLATE_STAGE, VlmConfig
 from pipeline.multimodal.conversation import V1_CHAT_TEMPLATE, encode_conversations
 from pipeline.multimodal.llava import add_image_token, build_llava, language_model, resize_rows, save_hf
@@ -32,7 +31,6 @@ from pipeline.multimodal.vlm_data import read_vlm_data, split_stage2
 from pipeline.multimodal.vlm_eval import benchmark_rows, conversation_loss
 
 if TYPE_CHECKING:
-    from pipeline.models.checkpoints import CheckpointSpec
     from pipeline.multimodal.vlm_data import VlmData
     from pipeline.ranks import Ranks
 
@@ -93,16 +91,12 @@ class VlmTask:
             )
         self.image_token, self.rows, self.vocab_rows = token, rows, embedding_rows
 
-    def prepare_checkpoint(self, spec: CheckpointSpec, path: str | None) -> None:
-        """`prepare` for a checkpoint, before it is loaded: its tokenizer and embedding rows."""
-        self.prepare(load_checkpoint_tokenizer(spec, path), checkpoint_config(spec, path).vocab_size)
-
-    def build(self, lm: torch.nn.Module) -> torch.nn.Module:
-        """The LLaVA model around the causal LM `lm`, what this stage trains marked trainable."""
+    def build(self, lm: torch.nn.Module, tokenizer) -> torch.nn.Module:
+        """The LLaVA model around the causal LM `lm` (the checkpoint's, on any device, meta included),
+        what this stage trains marked trainable; `tokenizer` (the job's) gains the image token first."""
         from transformers import CLIPVisionConfig, CLIPVisionModel
 
-        if self.image_token is None:
-            raise RuntimeError("VlmTask.prepare(tokenizer, rows) must run before build")
+        self.prepare(tokenizer, lm.get_input_embeddings().weight.shape[0])
         device = lm.get_input_embeddings().weight.device
         resize_rows(lm, self.rows)
         if device.type == "meta":

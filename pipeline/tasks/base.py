@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import torch
 
-    from pipeline.models.checkpoints import CheckpointSpec
     from pipeline.ranks import Ranks
 
 BatchFn = Callable[[int], dict]
@@ -37,24 +36,16 @@ class FinetuneTask(ABC):
     replays: bool = True  # its batches take replayed pre-training rows (finetune.replay_fraction)
     packed: bool = False  # its batches are packed text: tokens trained = steps x batch x max_len
 
-    def prepare(self, spec: CheckpointSpec, path: str | None) -> None:  # noqa: B027 (a hook)
-        """Before the checkpoint loads (LLaVA: the tokenizer's image token, the embedding rows)."""
-
-    def build(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The loader's hook, on every rank before sharding: the model this task trains."""
+    def build(self, model: torch.nn.Module, tokenizer: Any) -> torch.nn.Module:
+        """The loader's hook, on every rank before sharding: the model this task trains, from the
+        checkpoint's model and the job's tokenizer (LLaVA: the tokenizer gains its image token, the
+        model its embedding row, tower and projector)."""
         return model
-
-    def adapt_tokenizer(self, tokenizer: Any) -> None:  # noqa: B027 (a hook)
-        """The job's tokenizer as the task needs it (LLaVA: its image token)."""
 
     def max_len(self, model: torch.nn.Module, cfg: Settings) -> int:
         """Tokens of a training sequence: finetune.seq_len, capped by the model's context."""
         ctx = context(model)
         return min(cfg.seq_len or ctx, ctx)
-
-    def frozen_parameters(self, model: torch.nn.Module) -> int:
-        """Parameters beside the language model that the memory planner counts as frozen."""
-        return 0
 
     @abstractmethod
     def train_batches(self, tokenizer: Any, max_len: int, rows: int, seed: int) -> tuple[BatchFn, int]:

@@ -17,7 +17,6 @@ from pipeline.tasks.base import BatchFn, FinetuneTask, context
 if TYPE_CHECKING:
     import torch
 
-    from pipeline.models.checkpoints import CheckpointSpec
     from pipeline.ranks import Ranks
     from pipeline.tasks.base import Settings
 
@@ -61,20 +60,11 @@ class LlavaTask(FinetuneTask):
             spec.name, "stage2", spec.data, spec.tower, spec.config, projector=spec.projector
         )
 
-    def prepare(self, spec: CheckpointSpec, path: str | None) -> None:
-        self.stage.prepare_checkpoint(spec, path)
-
-    def build(self, model: torch.nn.Module) -> torch.nn.Module:
-        return self.stage.build(model)
-
-    def adapt_tokenizer(self, tokenizer: Any) -> None:
-        self.stage.prepare(tokenizer, self.stage.vocab_rows)  # the same image token as the model's
+    def build(self, model: torch.nn.Module, tokenizer: Any) -> torch.nn.Module:
+        return self.stage.build(model, tokenizer)
 
     def max_len(self, model: torch.nn.Module, cfg: Settings) -> int:
         return self.stage.max_len(context(model))  # multimodal.max_length, not finetune.seq_len
-
-    def frozen_parameters(self, model: torch.nn.Module) -> int:
-        return sum(p.numel() for p in model.model.vision_tower.parameters())
 
     def train_batches(self, tokenizer: Any, max_len: int, rows: int, seed: int) -> tuple[BatchFn, int]:
         return self.stage.train_batches(tokenizer, max_len, rows, seed)

@@ -51,7 +51,7 @@ class BestEpoch:
         if better:
             self.best.update(step=step, loss=loss)
             if not final:  # the final weights are the model's own: `restore` leaves them
-                resume.save(self.model_dir, model, None, {"step": step}, self.ranks)
+                resume.save_state(self.model_dir, model, None, {"step": step}, self.ranks)
         if not final and self.ranks.main:
             with atomic_path(self.file) as tmp:
                 torch.save(self.best, tmp)
@@ -62,7 +62,7 @@ class BestEpoch:
         """Load the best epoch's weights into `model` unless they are the final ones."""
         if self.step in (0, steps_done):
             return False
-        return resume.load(self.model_dir, model, None) is not None
+        return resume.load_state(self.model_dir, model, None) is not None
 
     def remove(self) -> None:
         """Delete the files (the run is done)."""

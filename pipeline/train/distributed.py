@@ -198,23 +198,24 @@ def load_into_shards(
     device: str,
     ranks: Ranks,
     shard: Callable[[torch.nn.Module], None],
-    build: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+    build: Callable[[torch.nn.Module, object], torch.nn.Module] | None = None,
 ) -> tuple[torch.nn.Module, object]:
     """(model, tokenizer) of a checkpoint, sharded by `shard`, with one read of the checkpoint per
     job: rank 0 loads it in float32 on the host; the other ranks build the model on the meta
     device, shard it and allocate their shards on `device`; rank 0 broadcasts one tensor at a time
     and each rank keeps its slice; then rank 0 shards its own copy (which frees the rest of it).
-    build: what to make of the loaded model before it is sharded (e.g. wrap it in LoRA adapters),
-    on every rank, so rank 0's values of what it adds (random adapters) reach every rank too.
+    build: what to make of the loaded model (and its tokenizer) before it is sharded (e.g. wrap it
+    in LoRA adapters), on every rank, so rank 0's values of what it adds (random adapters) reach
+    every rank too.
     Host memory: one float32 copy on rank 0; each other rank its shards and one tensor in flight."""
     from transformers import AutoModelForCausalLM
 
-    build = build or (lambda m: m)
+    build = build or (lambda m, t: m)
     config = generation = None
     if ranks.main:
         model, tokenizer, _, _ = load_checkpoint(spec, path, "cpu", dtype=torch.float32)
         config, generation = model.config, model.generation_config
-        model = build(model)
+        model = build(model, tokenizer)
     else:
         tokenizer = load_checkpoint_tokenizer(spec, path)
     config, generation = ranks.broadcast((config, generation))
@@ -223,7 +224,7 @@ def load_into_shards(
             model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         model.generation_config = generation
         use_small_head_attention(model)
-        model = build(model)
+        model = build(model, tokenizer)
         shard(model)
         model.to_empty(device=device)
     with torch.no_grad():  # parameters, and buffers (rotary frequencies are in no state dict)

@@ -23,7 +23,6 @@ import torch
 from pipeline.data.encode import lm_sampler
 from pipeline.data.replay import replay_rows, with_replay
 from pipeline.models.loading import default_dtype, dtype_name, load_checkpoint
-from pipeline.models.shapes import shape_of
 from pipeline.models.trained_params import base_parameters, describe, merge, select
 from pipeline.tables import metric_row
 from pipeline.tasks.base import context
@@ -35,13 +34,11 @@ from pipeline.train.distributed import check_same
 from pipeline.train.evaluators import Trained, evaluators
 from pipeline.train.linearized import linearize
 from pipeline.train.loop import TrainResult, train
-from pipeline.train.memory import plan_run
 from pipeline.train.placement import WHOLE, Whole
 from pipeline.train.proximal import ProximalStep, proximal_term
 
 if TYPE_CHECKING:
     from pipeline.models.checkpoints import CheckpointSpec
-    from pipeline.ranks import Ranks
     from pipeline.tasks.base import FinetuneTask
     from pipeline.train.finetune_job import FinetuneJob
 
@@ -99,17 +96,6 @@ def _train_data(task: FinetuneTask, tokenizer, max_len: int, cfg: FinetuneConfig
     return with_replay(batches, replay.batch, tokenizer.pad_token_id), per_epoch
 
 
-def _planned_micro_batch(
-    model: torch.nn.Module, task: FinetuneTask, cfg: FinetuneConfig, max_len: int, ranks: Ranks, gpu
-) -> int:
-    """The micro-batch the memory planner fits on this job's GPUs (the job's rank count is fixed): the
-    language model's shape, with what the task keeps frozen beside it (LLaVA: the tower)."""
-    text = getattr(model.config, "text_config", model.config)
-    plan = plan_run(shape_of(text), cfg, max_len, gpu, gpus=ranks.world, frozen=task.frozen_parameters(model))
-    log.info("memory plan: %s", plan.describe())
-    return plan.micro_batch
-
-
 @dataclass
 class Run:
     """A fine-tuning run once set up: the model at θ_pre, its task and data, its resolved config."""
@@ -117,7 +103,7 @@ class Run:
     model: torch.nn.Module
     tokenizer: object
     task: FinetuneTask
-    cfg: FinetuneConfig  # precision resolved; on CUDA the planned micro-batch
+    cfg: FinetuneConfig  # precision resolved
     max_len: int
     reference: dict[str, torch.Tensor]  # θ_pre by name (this rank's shards)
     start: dict[str, torch.Tensor]  # the trained parameters at step 0 by name: what λ pulls toward
@@ -149,16 +135,14 @@ def set_up(job: FinetuneJob, placement: Whole) -> Run:
             "not in a sharded fine-tuning job (finetune.ranks > 1)"
         )
     task = job.task.open()
-    task.prepare(job.spec, job.path)
-    model, tokenizer = placement.load(
+    model, tokenizer = placement.load_model(
         job.spec,
         job.path,
         device,
         cfg.precision,
         cfg.activation_checkpointing,
-        build=lambda m: select(task.build(m), cfg.params),
+        build=lambda m, t: select(task.build(m, t), cfg.params),
     )
-    task.adapt_tokenizer(tokenizer)
     reference_device = device if job.lambda_reg > 0 or cfg.linearized else "cpu"
     reference = {
         n: placement.local(p).detach().to(reference_device, copy=True) for n, p in base_parameters(model)
@@ -171,9 +155,6 @@ def set_up(job: FinetuneJob, placement: Whole) -> Run:
     )
     max_len = task.max_len(model, cfg)
     unlinearize = linearize(model, start) if cfg.linearized else None
-    if torch.device(device).type == "cuda" and job.gpu is not None and cfg.micro_batch_size is None:
-        planned = _planned_micro_batch(model, task, cfg, max_len, placement.ranks, job.gpu)
-        cfg = dataclasses.replace(cfg, micro_batch_size=planned)
     batch_fn, per_epoch = _train_data(task, tokenizer, max_len, cfg, job)
     total = per_epoch * cfg.epochs if cfg.max_steps is None else min(per_epoch * cfg.epochs, cfg.max_steps)
     return Run(
@@ -254,7 +235,8 @@ def train_run(run: Run, job: FinetuneJob, placement: Whole) -> tuple[TrainResult
 def evaluate_run(
     run: Run, job: FinetuneJob, result: TrainResult, best: BestEpoch, placement: Whole
 ) -> list[dict]:
-    """The fine-tuned model's rows: every evaluation the job's settings select
+    """The fine-tuned model's rows: the best epoch's weights restored (early stopping), LoRA adapters
+    merged into the weights they adapt, then every evaluation the job's settings select
     (pipeline/train/evaluators.py), in its groups' order.
 
     Every evaluation of the model runs on one whole model in the device's evaluation dtype
@@ -262,6 +244,9 @@ def evaluate_run(
     evaluated); a linearized run is evaluated as it trained (its own dtype: a copy in another
     dtype would be the real model, without the tangent forward).
     """
+    if best.restore(run.model, result.steps_done):
+        log.info("early stopping: restored step %d (best ID validation loss %.4f)", best.step, best.loss)
+    run.model = merge(run.model)
     cfg, model = run.cfg, run.model
     pretrain_data = job.corpus.eval_set(run.tokenizer, run.max_len, context(model))
     extra = {
@@ -308,9 +293,6 @@ def finetune_run(job: FinetuneJob, placement: Whole = WHOLE) -> list[dict]:
     result, best = train_run(run, job, placement)
     if job.stop_after is not None and result.steps_done < run.total and not result.diverged:
         return []
-    if best.restore(run.model, result.steps_done):
-        log.info("early stopping: restored step %d (best ID validation loss %.4f)", best.step, best.loss)
-    run.model = merge(run.model)  # LoRA: adapters merged into the weights they adapt
     rows = evaluate_run(run, job, result, best, placement)
     resume.remove(Path(job.state_dir) / "train", placement.ranks)
     best.remove()

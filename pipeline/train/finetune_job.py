@@ -26,7 +26,6 @@ from pipeline.runtime import pick_device, set_threads
 from pipeline.tasks.registry import SPECS, TaskSpec  # noqa: TC001
 from pipeline.train.config import FinetuneConfig  # noqa: TC001
 from pipeline.train.launch import launch_job, run_rank
-from pipeline.train.memory import GpuSettings  # noqa: TC001
 
 MODULE = "pipeline.train.finetune_job"
 
@@ -52,7 +51,6 @@ class FinetuneJob:
     device: str = "cpu"  # auto | cpu | cuda; the entry points resolve it (pipeline.runtime.pick_device)
     ranks: int = 1  # processes (1 GPU each on CUDA); > 1: FSDP2 under torchrun
     suite: BenchmarkSettings | None = None  # `eval.benchmarks`: the fine-tuned model on the lm-eval suite
-    gpu: GpuSettings | None = None  # `gpu:`: the memory planner's micro-batch on CUDA (changes no number)
     generation: Responses | None = None  # responses to the instruction set for the judged metric
     curvature: CurvatureConfig | None = None  # the curvature stage's settings: the line along θ_ft − θ_pre
     stop_after: int | None = None  # stop as if killed after this many steps (tests of resumption)

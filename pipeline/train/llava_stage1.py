@@ -90,9 +90,7 @@ def run_stage1(job: Stage1Job) -> list[dict]:
     precision = resolve_precision(cfg.precision, job.device)
     torch.manual_seed(cfg.seed)
     task = VlmTask.open(job.task, "stage1", job.data_json, job.tower_dir, job.vlm, projector_seed=cfg.seed)
-    task.prepare_checkpoint(job.spec, job.path)
-    model, tokenizer = WHOLE.load(job.spec, job.path, job.device, precision, False, build=task.build)
-    task.prepare(tokenizer, task.vocab_rows)  # the tokenizer the job uses gets the same image token
+    model, tokenizer = WHOLE.load_model(job.spec, job.path, job.device, precision, False, build=task.build)
     context = model.config.text_config.max_position_embeddings
     batch_fn, per_epoch = task.train_batches(tokenizer, context, cfg.batch_size, cfg.seed)
     steps = steps_of(per_epoch, cfg)

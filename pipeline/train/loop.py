@@ -168,7 +168,7 @@ def _save_state(
         "lrs": result.lrs,
         "seconds": seconds,
     }
-    resume.save(path, model, optimizer, state, placement.ranks)
+    resume.save_state(path, model, optimizer, state, placement.ranks)
 
 
 def train(
@@ -212,7 +212,7 @@ def train(
     scheduler = make_schedule(optimizer, cfg)
     result = TrainResult(steps_done=0)
     state_path = Path(state_path) if state_path else None
-    state = resume.load(state_path, model, optimizer) if state_path else None
+    state = resume.load_state(state_path, model, optimizer) if state_path else None
     if state is not None and state["fingerprint"] != cfg.fingerprint():
         raise ValueError(
             f"resume file {state_path} was written by a run with other hyperparameters; "
@@ -338,7 +338,7 @@ def train(
 def _branch_state(path: str | Path, model, optimizer, cfg: TrainConfig) -> dict:
     """Load another run's state to go on from (`train`'s branch_from), checked to be a branch point
     of this run."""
-    state = resume.load(path, model, optimizer)
+    state = resume.load_state(path, model, optimizer)
     if state is None:
         raise FileNotFoundError(f"{path}: no training state to branch from")
     if state.get("branch") != cfg.branch_key():

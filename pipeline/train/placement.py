@@ -24,7 +24,10 @@ if TYPE_CHECKING:
     from pipeline.models.checkpoints import CheckpointSpec
 
 
-def _as_is(model: torch.nn.Module) -> torch.nn.Module:
+Build = Callable[[torch.nn.Module, object], torch.nn.Module]  # (the loaded model, the tokenizer) -> model
+
+
+def _as_is(model: torch.nn.Module, tokenizer: object) -> torch.nn.Module:
     return model
 
 
@@ -38,22 +41,22 @@ class Whole:
     # code that needs the whole model in one process after training (the curvature line) can run
     holds_whole_model: ClassVar[bool] = True
 
-    def load(
+    def load_model(
         self,
         spec: CheckpointSpec,
         path: str | None,
         device: str,
         precision: str,
         recompute: bool,
-        build: Callable[[torch.nn.Module], torch.nn.Module] = _as_is,
+        build: Build = _as_is,
     ):
         """(model, tokenizer) in float32 (master) weights on `device` (AdamW on bf16 weights loses
         small updates); `recompute`: activation checkpointing per decoder layer; `build`: what to
-        make of the loaded model (the model to train, e.g. wrapped in LoRA adapters)."""
+        make of the loaded model and its tokenizer (the model to train, e.g. wrapped in LoRA adapters)."""
 
         model, tokenizer, _, _ = load_checkpoint(spec, path, device, dtype=torch.float32)
         _recompute(model, recompute)
-        return build(model), tokenizer
+        return build(model, tokenizer), tokenizer
 
     def place(self, model: torch.nn.Module, precision: str) -> None:
         """Place a model built in this process (pre-training): whole, as it is."""
@@ -99,21 +102,21 @@ class Sharded(Whole):
     keeps_unscored: ClassVar[bool] = True
     holds_whole_model: ClassVar[bool] = False
 
-    def load(
+    def load_model(
         self,
         spec: CheckpointSpec,
         path: str | None,
         device: str,
         precision: str,
         recompute: bool,
-        build: Callable[[torch.nn.Module], torch.nn.Module] = _as_is,
+        build: Build = _as_is,
     ):
         """(model, tokenizer) sharded, the checkpoint read once (by rank 0) for the whole job;
         `build` runs on every rank before sharding (rank 0's values of what it adds are broadcast)."""
 
-        def prepare(model: torch.nn.Module) -> torch.nn.Module:
+        def prepare(model: torch.nn.Module, tokenizer: object) -> torch.nn.Module:
             _recompute(model, recompute)
-            return build(model)
+            return build(model, tokenizer)
 
         return load_into_shards(
             spec, path, device, self.ranks, lambda m: shard_model(m, precision), build=prepare

@@ -3,7 +3,7 @@ state written with `torch.distributed.checkpoint` into a directory (each rank it
 process the whole state), plus rank 0's `extra` (step, schedule, RNG states, losses, ...).
 
 A state is written beside its place and swapped in, so a kill at any moment leaves either the old
-or the new one (a kill mid-swap leaves `<path>.old`, which `load` reads).
+or the new one (a kill mid-swap leaves `<path>.old`, which `load_state` reads).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def exists(path: str | Path) -> bool:
     return path.is_dir() or _previous(path).is_dir()
 
 
-def save(
+def save_state(
     path: str | Path,
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer | None,
@@ -73,8 +73,10 @@ def save(
     ranks.barrier()
 
 
-def load(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict | None:
-    """Restore what `save` wrote into `model` (and `optimizer`) in place; its `extra`, or None
+def load_state(
+    path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None
+) -> dict | None:
+    """Restore what `save_state` wrote into `model` (and `optimizer`) in place; its `extra`, or None
     when there is no state at `path`."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict

@@ -121,6 +121,8 @@ def finetune_resources(device: str, checkpoints: Checkpoints, config: dict, runs
         "runtime": lambda wc, attempt: base["runtime"](wc, attempt) * runs,
         "gpu": lambda wildcards: plan(wildcards.checkpoint).gpus,
         "ranks": lambda wildcards: plan(wildcards.checkpoint).gpus,
+        # the micro-batch of the same plan: the job's record takes it (changes no number)
+        "micro_batch": lambda wildcards: plan(wildcards.checkpoint).micro_batch,
         # the job's threads shared by its ranks (SLURM: --cpus-per-gpu)
         "cpus_per_gpu": lambda wildcards: max(1, threads // plan(wildcards.checkpoint).gpus),
     }

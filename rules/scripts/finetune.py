@@ -14,13 +14,15 @@ from pipeline.runtime import setup_logging
 from pipeline.tasks.registry import task_record
 from pipeline.train.config import FinetuneConfig, execution
 from pipeline.train.finetune_job import FinetuneJob, run, run_grid
-from pipeline.train.memory import GpuSettings
 
 setup_logging(snakemake.log[0])
 wc, params, config = snakemake.wildcards, snakemake.params, snakemake.config
 # how the run executes (logging / resume cadence, activation checkpointing, the collective timeout)
 # is read from the config, not params: changing it reruns nothing
 cfg = FinetuneConfig(**params.hp, **execution(FinetuneConfig, config["finetune"]))
+micro_batch = snakemake.resources.get("micro_batch")  # CUDA: the memory planner's, for the job's GPUs
+if micro_batch:
+    cfg = replace(cfg, micro_batch_size=int(micro_batch))
 responses = "generations" in snakemake.output.keys()  # the judged metric (alpaca_eval) is on
 grid = params.get("learning_rates")  # rule finetune_grid: its rates, one output of each per rate
 job = FinetuneJob(
@@ -40,7 +42,6 @@ job = FinetuneJob(
     device=params.device,
     ranks=int(snakemake.resources.get("ranks", 1)),
     suite=BenchmarkSettings(**params.bench) if params.bench else None,
-    gpu=GpuSettings(**config["gpu"]),  # the planner's micro-batch on CUDA (changes no number)
     generation=Responses(
         snakemake.input.instructions, GenerationConfig(**params.generation), snakemake.output.generations
     )

@@ -143,21 +143,23 @@ def test_a_lora_run_is_its_own_modification_and_moves_only_adapted_weights(study
     from pipeline.train import finetune
 
     cfg = dataclasses.replace(CFG, params=LORA, epochs=1)
-    seen = {}
-    evaluate_run = finetune.evaluate_run
+    runs = []
+    set_up = finetune.set_up
 
-    def evaluate_and_compare(run_, *args, **kwargs):  # the merged model, before its evaluation
-        seen["changed"] = {
-            n
-            for n, p in run_.model.named_parameters()
-            if not torch.equal(p.detach(), run_.reference[n].to(p.dtype))
-        }
-        return evaluate_run(run_, *args, **kwargs)
+    def set_up_and_keep(*args, **kwargs):  # the run: after evaluation its model is the merged one
+        runs.append(set_up(*args, **kwargs))
+        return runs[-1]
 
-    monkeypatch.setattr(finetune, "evaluate_run", evaluate_and_compare)
+    monkeypatch.setattr(finetune, "set_up", set_up_and_keep)
     df = _rows(run(study_files, "book", lr=3e-2, cfg=cfg, method="lora"))
     assert set(df["modification"]) == {"lora"}
-    assert seen["changed"] and all(n.endswith(("q_proj.weight", "v_proj.weight")) for n in seen["changed"])
+    (done,) = runs
+    changed = {
+        n
+        for n, p in done.model.named_parameters()
+        if not torch.equal(p.detach(), done.reference[n].to(p.dtype))
+    }
+    assert changed and all(n.endswith(("q_proj.weight", "v_proj.weight")) for n in changed)
     extra = json.loads(df["extra"].iloc[0])
     assert extra["params"] == LORA and extra["trained_parameters"] < 10_000
     assert df.loc[df["metric"] == "distance_l2", "value"].iloc[0] > 0

@@ -18,6 +18,8 @@ from workflow_utils import (
 )
 
 from pipeline.data.corpus import CorpusError, Document, build_corpus
+from pipeline.models.checkpoints import study_checkpoints
+from pipeline.workflow.plans import finetune_plan
 from pipeline.workflow.schema import ConfigError, load_schema, validate_config
 
 CASES = [
@@ -367,6 +369,12 @@ def test_paper_scale_dry_run_places_every_finetuning_job_on_the_planners_gpus():
         counted and len(jobs) == int(counted.group(1)) == 6 * 3 * 7 * 3
     )  # checkpoints x tasks x LRs x seeds
     assert all("gpu=2" in r.split(", ") and "ranks=2" in r.split(", ") for r in jobs), jobs[:2]
+    # the job's micro-batch comes from the same plan (its record takes it: no job plans again)
+    cfg = workflow_config(ROOT / "config" / "instruct.yaml", ROOT / "config" / "olmo2-7b.yaml")
+    planned = {finetune_plan(spec, cfg).micro_batch for spec in study_checkpoints(cfg)}
+    assert {f"micro_batch={m}" for m in planned} == {
+        m for r in jobs for m in r.split(", ") if "micro_batch" in m
+    }
 
 
 def paper_controlled_data(tmp_path: Path, tokenizer_dir: Path) -> Path:
