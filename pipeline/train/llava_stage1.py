@@ -25,7 +25,7 @@ from pipeline.tables import metric_row, write_metrics
 from pipeline.train import resume
 from pipeline.train.config import TrainConfig, resolve_precision, warmup_fraction_of
 from pipeline.train.loop import train
-from pipeline.train.memory import plan_finetune
+from pipeline.train.memory import GpuSettings, plan_finetune
 from pipeline.train.placement import WHOLE
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ class Stage1Job:
     metrics_path: str
     state_dir: str
     device: str = "cpu"
-    gpu: dict | None = None  # `gpu:`: the memory planner's micro-batch on CUDA (changes no number)
+    gpu: GpuSettings | None = None  # `gpu:`: the memory planner's micro-batch on CUDA (changes no number)
 
 
 def steps_of(per_epoch: int, cfg: Stage1Config) -> int:
@@ -74,9 +74,9 @@ def planned_micro_batch(model, cfg: Stage1Config, seq_len: int, precision: str, 
         seq_len,
         precision,
         False,
-        job.gpu["memory_gb"],
+        job.gpu.memory_gb,
         1,
-        headroom=job.gpu["headroom"],
+        headroom=job.gpu.headroom,
         frozen=tower,
         trained=trained,
     )

@@ -3,6 +3,7 @@
 from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.runtime import pick_device, set_threads, setup_logging
 from pipeline.train.llava_stage1 import Stage1Job, run_stage1
+from pipeline.train.memory import GpuSettings
 from pipeline.workflow.multimodal import stage1_config, vlm_config
 
 setup_logging(snakemake.log[0])
@@ -22,6 +23,6 @@ job = Stage1Job(
     metrics_path=snakemake.output.base,
     state_dir=snakemake.params.state,
     device=pick_device(snakemake.params.device),
-    gpu=snakemake.config["gpu"],  # the planner's micro-batch on CUDA (changes no number)
+    gpu=GpuSettings(**snakemake.config["gpu"]),  # the planner's micro-batch on CUDA (changes no number)
 )
 run_stage1(job)
