@@ -42,15 +42,28 @@ def finetune_plan(spec: CheckpointSpec, config: dict) -> Plan:
     """The planner's GPUs and micro-batch of a fine-tuning job on `spec` on the config's GPUs
     (`gpu:` section); finetune.ranks and micro_batch_size, when set, are kept. PlanError when
     nothing fits."""
+    shape = checkpoint_shape(spec, config["tokenizer"]["vocab_size"])
+    return _plan(shape, config, config["finetune"]["ranks"])
+
+
+def job_micro_batch(spec: CheckpointSpec, config: dict, gpus: int) -> int:
+    """The micro-batch of a job whose device is chosen as it starts (`device: auto` on a GPU
+    machine: no resource carries a plan), by `finetune_plan`'s arithmetic on its `gpus` GPUs. In the
+    job: the shape from the checkpoint's architecture (a preset, or a local or cached hub
+    checkpoint's config.json), so a hub model without a preset is planned too."""
+    from pipeline.models.loading import architecture  # heavy (torch): in the job only
+
+    model = architecture(spec, config["tokenizer"]["vocab_size"])
+    return _plan(shape_of(model.config), config, gpus).micro_batch
+
+
+def _plan(shape: ModelShape, config: dict, gpus: int | None) -> Plan:
     ft = config["finetune"]
     cfg = FinetuneConfig(**hyperparameters(FinetuneConfig, ft), **execution(FinetuneConfig, ft))
-    shape = checkpoint_shape(spec, config["tokenizer"]["vocab_size"])
     seq_len = min(cfg.seq_len or shape.context, shape.context)
     if vlm_tasks(config):  # LLaVA's stage 2 takes multimodal.max_length; a job's plan fits the longer
         seq_len = max(seq_len, min(vlm_config(config).max_length, shape.context))
-    return plan_run(
-        shape, cfg, seq_len, GpuSettings(**config["gpu"]), gpus=ft["ranks"], frozen=vlm_frozen(config)
-    )
+    return plan_run(shape, cfg, seq_len, GpuSettings(**config["gpu"]), gpus=gpus, frozen=vlm_frozen(config))
 
 
 def vlm_frozen(config: dict) -> int:

@@ -10,23 +10,27 @@ from pipeline.data.heldout import PretrainCorpus
 from pipeline.evaluate.benchmark_registry import BenchmarkSettings
 from pipeline.evaluate.generation_config import GenerationConfig, Responses
 from pipeline.models.checkpoints import CheckpointSpec
-from pipeline.runtime import setup_logging
+from pipeline.runtime import pick_device, setup_logging
 from pipeline.tasks.registry import task_record
 from pipeline.train.config import FinetuneConfig, execution
 from pipeline.train.finetune_job import FinetuneJob, run, run_grid
+from pipeline.workflow.plans import job_micro_batch
 
 setup_logging(snakemake.log[0])
 wc, params, config = snakemake.wildcards, snakemake.params, snakemake.config
 # how the run executes (logging / resume cadence, activation checkpointing, the collective timeout)
 # is read from the config, not params: changing it reruns nothing
 cfg = FinetuneConfig(**params.hp, **execution(FinetuneConfig, config["finetune"]))
-micro_batch = snakemake.resources.get("micro_batch")  # CUDA: the memory planner's, for the job's GPUs
+spec, ranks = CheckpointSpec(**params.spec), int(snakemake.resources.get("ranks", 1))
+micro_batch = snakemake.resources.get("micro_batch")  # device cuda: the plan that sized the job
+if micro_batch is None and cfg.micro_batch_size is None and pick_device(params.device) != "cpu":
+    micro_batch = job_micro_batch(spec, config, ranks)  # device auto, and this machine has a GPU
 if micro_batch:
     cfg = replace(cfg, micro_batch_size=int(micro_batch))
 responses = "generations" in snakemake.output.keys()  # the judged metric (alpaca_eval) is on
 grid = params.get("learning_rates")  # rule finetune_grid: its rates, one output of each per rate
 job = FinetuneJob(
-    spec=CheckpointSpec(**params.spec),
+    spec=spec,
     cfg=cfg,
     task=task_record(params.task, config),
     corpus=PretrainCorpus(snakemake.input.corpus, **params.eval, token_cache=params.token_cache),
@@ -40,7 +44,7 @@ job = FinetuneJob(
     line_path=snakemake.output.line,
     path=snakemake.input.checkpoint[0] if snakemake.input.checkpoint else None,
     device=params.device,
-    ranks=int(snakemake.resources.get("ranks", 1)),
+    ranks=ranks,
     suite=BenchmarkSettings(**params.bench) if params.bench else None,
     generation=Responses(
         snakemake.input.instructions, GenerationConfig(**params.generation), snakemake.output.generations

@@ -18,8 +18,8 @@ from workflow_utils import (
 )
 
 from pipeline.data.corpus import CorpusError, Document, build_corpus
-from pipeline.models.checkpoints import study_checkpoints
-from pipeline.workflow.plans import finetune_plan
+from pipeline.models.checkpoints import local_checkpoints, study_checkpoints
+from pipeline.workflow.plans import checkpoint_shape, finetune_plan, job_micro_batch
 from pipeline.workflow.schema import ConfigError, load_schema, validate_config
 
 CASES = [
@@ -375,6 +375,25 @@ def test_paper_scale_dry_run_places_every_finetuning_job_on_the_planners_gpus():
     assert {f"micro_batch={m}" for m in planned} == {
         m for r in jobs for m in r.split(", ") if "micro_batch" in m
     }
+
+
+def test_a_job_that_finds_its_gpu_as_it_starts_plans_as_the_workflow_does(study_files):
+    """`device: auto` on a GPU machine: no resource carries a plan, so the job plans its micro-batch
+    itself, with the workflow's arithmetic on its own rank count; its shape comes from the
+    checkpoint's architecture (here a local checkpoint's config.json on the meta device)."""
+    cfg = workflow_config(ROOT / "config.yaml")
+    (spec,) = local_checkpoints([{"name": "local-tiny", "tokens": 1, "path": study_files["ckpt"]}])
+    from pipeline.models.loading import architecture
+    from pipeline.models.shapes import shape_of
+
+    vocab = cfg["tokenizer"]["vocab_size"]
+    assert shape_of(architecture(spec, vocab).config) == checkpoint_shape(spec, vocab)  # one shape
+    cfg["finetune"]["batch_size"] = 4096  # a batch a 2 GB GPU does not hold at once: the plan splits it
+    cfg["gpu"]["memory_gb"] = 2
+    for gpus in (1, 2):
+        cfg["finetune"]["ranks"] = gpus
+        planned = finetune_plan(spec, cfg).micro_batch
+        assert job_micro_batch(spec, cfg, gpus) == planned < 4096 // gpus, planned
 
 
 def paper_controlled_data(tmp_path: Path, tokenizer_dir: Path) -> Path:
