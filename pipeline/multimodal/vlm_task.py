@@ -96,8 +96,9 @@ class VlmTask:
         what this stage trains marked trainable; `tokenizer` (the job's) gains the image token first."""
         from transformers import CLIPVisionConfig, CLIPVisionModel
 
-        self.prepare(tokenizer, lm.get_input_embeddings().weight.shape[0])
-        device = lm.get_input_embeddings().weight.device
+        embedding = lm.get_input_embeddings().weight
+        self.prepare(tokenizer, embedding.shape[0])
+        device = embedding.device
         resize_rows(lm, self.rows)
         if device.type == "meta":
             with torch.device("meta"):

@@ -12,6 +12,7 @@ from pipeline.models.hub import HUB_PRESETS, hub_shape
 from pipeline.models.presets import SIZE_PRESETS, preset_shape
 from pipeline.models.shapes import ModelShape, shape_of
 from pipeline.multimodal.config import HUB_TOWERS, tower_shape
+from pipeline.runtime import pick_device  # its torch import is inside: parse time stays light
 from pipeline.train.config import FinetuneConfig, execution, hyperparameters
 from pipeline.train.memory import GpuSettings, Plan, PlanError, plan_run
 from pipeline.workflow.multimodal import tower_config, toy_config, vlm_config, vlm_tasks
@@ -55,6 +56,18 @@ def job_micro_batch(spec: CheckpointSpec, config: dict, gpus: int) -> int:
 
     model = architecture(spec, config["tokenizer"]["vocab_size"])
     return _plan(shape_of(model.config), config, gpus).micro_batch
+
+
+def run_micro_batch(
+    spec: CheckpointSpec, config: dict, gpus: int, device: str, planned: int | None
+) -> int | None:
+    """The micro-batch a fine-tuning job runs with: finetune.micro_batch_size when set; with
+    `device: cuda` the plan's that sized the job (`planned`, its `micro_batch` resource); on a GPU
+    the job finds as it starts (`device: auto`) `job_micro_batch`; on the CPU none (whole batches)."""
+    micro_batch = config["finetune"].get("micro_batch_size")
+    if micro_batch is None and planned is None and pick_device(device) != "cpu":
+        return job_micro_batch(spec, config, gpus)
+    return micro_batch or planned
 
 
 def _plan(shape: ModelShape, config: dict, gpus: int | None) -> Plan:

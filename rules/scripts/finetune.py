@@ -10,11 +10,11 @@ from pipeline.data.heldout import PretrainCorpus
 from pipeline.evaluate.benchmark_registry import BenchmarkSettings
 from pipeline.evaluate.generation_config import GenerationConfig, Responses
 from pipeline.models.checkpoints import CheckpointSpec
-from pipeline.runtime import pick_device, setup_logging
+from pipeline.runtime import setup_logging
 from pipeline.tasks.registry import task_record
 from pipeline.train.config import FinetuneConfig, execution
 from pipeline.train.finetune_job import FinetuneJob, run, run_grid
-from pipeline.workflow.plans import job_micro_batch
+from pipeline.workflow.plans import run_micro_batch
 
 setup_logging(snakemake.log[0])
 wc, params, config = snakemake.wildcards, snakemake.params, snakemake.config
@@ -22,11 +22,9 @@ wc, params, config = snakemake.wildcards, snakemake.params, snakemake.config
 # is read from the config, not params: changing it reruns nothing
 cfg = FinetuneConfig(**params.hp, **execution(FinetuneConfig, config["finetune"]))
 spec, ranks = CheckpointSpec(**params.spec), int(snakemake.resources.get("ranks", 1))
-micro_batch = snakemake.resources.get("micro_batch")  # device cuda: the plan that sized the job
-if micro_batch is None and cfg.micro_batch_size is None and pick_device(params.device) != "cpu":
-    micro_batch = job_micro_batch(spec, config, ranks)  # device auto, and this machine has a GPU
-if micro_batch:
-    cfg = replace(cfg, micro_batch_size=int(micro_batch))
+planned = snakemake.resources.get("micro_batch")  # device cuda: the plan that sized the job
+micro_batch = run_micro_batch(spec, config, ranks, params.device, int(planned) if planned else None)
+cfg = replace(cfg, micro_batch_size=micro_batch)
 responses = "generations" in snakemake.output.keys()  # the judged metric (alpaca_eval) is on
 grid = params.get("learning_rates")  # rule finetune_grid: its rates, one output of each per rate
 job = FinetuneJob(
