@@ -39,12 +39,13 @@ rule all:
         targets.all_outputs(config, CHECKPOINTS),
 
 
-# Before any job starts: hub revisions exist (in the cache when offline); on a cluster, profile
-# placeholders and GPU requests; an endpoint judge answers; every fine-tuning method's LoRA targets
-# and parameter patterns exist in each model. (Snakemake keeps one onstart handler: every check
-# lives here.)
+# Before any job starts, what needs the network or the jobs to run (every other check runs at parse
+# time, dry run included): hub revisions exist (in the cache when offline) and, on the hub checkpoints
+# not in the cache, every fine-tuning method's LoRA targets and parameter patterns; on a cluster,
+# profile placeholders and GPU requests; an endpoint judge answers. (Snakemake keeps one onstart
+# handler: every such check lives here.)
 onstart:
     check_hub_revisions(workflow.dag.needrun_jobs())
+    check_hub_methods()
     check_cluster_jobs(workflow.dag.needrun_jobs(), getattr(workflow.executor_plugin, "name", None))
     check_judge(workflow.dag.needrun_jobs())
-    check_methods(workflow.dag.needrun_jobs())

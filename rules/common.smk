@@ -15,6 +15,8 @@ from pipeline.workflow.config import (
     alpaca_eval_enabled,
     bench_config,
     check_config,
+    check_methods,
+    config_at_hand,
     curvature_section,
     eval_config,
     finetune_enabled,
@@ -71,6 +73,8 @@ if workflow.is_main_process:
     cluster.stop_status_checks_promptly()
 
 CHECKPOINTS = check_config(config, check_benchmark_tasks=workflow.is_main_process)
+if workflow.is_main_process:  # method patterns on each model's architecture (torch only with such a method)
+    check_methods(config, [s for s in CHECKPOINTS.values() if config_at_hand(s)])
 if workflow.is_main_process and finetune_enabled(config) and finetune_search(config):
     logger.info(targets.search_bound(config, CHECKPOINTS))  # a dry run shows the search's cost
 if workflow.is_main_process and config["checkpoints"]["source"] == "sweep":
@@ -282,8 +286,10 @@ def vlm_tower_tokenizer(wildcards):
     return targets.vlm_tower_tokenizer(config, CHECKPOINTS)
 
 
-def check_methods(jobs):
-    cluster.check_method_jobs(jobs, config, CHECKPOINTS)
+def check_hub_methods():
+    """Method patterns on the hub checkpoints whose config is not in the cache (parse time downloads
+    nothing): when the run starts, after their revisions are found."""
+    check_methods(config, [s for s in CHECKPOINTS.values() if not config_at_hand(s)])
 
 
 def check_hub_revisions(jobs):

@@ -42,12 +42,17 @@ class ShardSet:
 
 def expand_paths(key: str, patterns: list[str], expected: str) -> list[str]:
     """Files and glob patterns as files, in order (each glob sorted); a clear error naming `key` for a
-    pattern that matches nothing (a file that is missing)."""
+    pattern that matches nothing (a file that is missing) or something that is not a regular file (a
+    folder's size is no count of tokens)."""
     paths: list[str] = []
     for pattern in patterns:
         found = sorted(glob.glob(str(pattern)))
         if not found:
             raise ValueError(f"{key}: {pattern} matches no file (expected {expected})")
+        for path in found:
+            if not os.path.isfile(path):
+                what = "a folder" if os.path.isdir(path) else "not a regular file"
+                raise ValueError(f"{key}: {path} is {what} (expected {expected})")
         paths += found
     return paths
 

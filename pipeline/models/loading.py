@@ -101,15 +101,17 @@ def hub_kwargs(spec: CheckpointSpec) -> dict:
     }
 
 
-def architecture(spec: CheckpointSpec, vocab_size: int) -> torch.nn.Module:
+def architecture(spec: CheckpointSpec, vocab_size: int, local_files_only: bool = False) -> torch.nn.Module:
     """A checkpoint's model on the meta device: its modules and shapes without weights or memory
-    (a sweep checkpoint's preset before it is pre-trained, with the study's `vocab_size`)."""
+    (a sweep checkpoint's preset before it is pre-trained, with the study's `vocab_size`);
+    local_files_only: a hub checkpoint's config from the cache, without asking the hub."""
     if spec.source == "sweep":
         config = model_config(spec.model, vocab_size, 0, 1)
     elif spec.source == "local":
         config = AutoConfig.from_pretrained(spec.path)
     else:
-        config = AutoConfig.from_pretrained(spec.model_id, **hub_kwargs(spec))
+        kwargs = hub_kwargs(spec) | ({"local_files_only": True} if local_files_only else {})
+        config = AutoConfig.from_pretrained(spec.model_id, **kwargs)
     with torch.device("meta"):
         return AutoModelForCausalLM.from_config(config)
 

@@ -22,7 +22,7 @@ from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.models.hub import HubRevisionError, check_hub_checkpoints
 from pipeline.models.presets import SIZE_PRESETS
 from pipeline.train.memory import Plan, PlanError
-from pipeline.workflow.config import finetune_methods, finetune_ranks
+from pipeline.workflow.config import finetune_ranks
 from pipeline.workflow.plans import checkpoint_shape, finetune_plan
 from pipeline.workflow.pretrain_sweep import runtime_minutes
 
@@ -240,31 +240,6 @@ def stop_status_checks_promptly() -> bool:
     sleep.wakes_on_shutdown = True
     RemoteExecutor.sleep = sleep
     return True
-
-
-def check_method_jobs(jobs: Iterable, config: dict, checkpoints: Checkpoints) -> None:
-    """Every fine-tuning method that trains less than every parameter names what exists: LoRA's target
-    modules (and its rank fits them), `params.modules`' patterns, on the architecture of each
-    checkpoint a text fine-tuning job to run loads (the meta device: no weights; a preset's, or the
-    config.json of a local or hub checkpoint), before any job starts. The error names the method,
-    the pattern and the model's module names. A LLaVA job's model exists only in its job, which
-    checks it there."""
-    from pipeline.models.loading import architecture  # heavy (torch): only with such a method
-    from pipeline.models.trained_params import check_selection
-
-    methods = {m: s.get("params", "all") for m, s in finetune_methods(config).items()}
-    pairs = {
-        (job.wildcards.checkpoint, job.wildcards.method)
-        for job in jobs
-        if job.rule.name == "finetune" and methods.get(job.wildcards.method, "all") != "all"
-    }
-    for checkpoint, method in sorted(pairs):
-        model = architecture(checkpoints[checkpoint], config["tokenizer"]["vocab_size"])
-        try:
-            check_selection(model, methods[method])
-        except ValueError as err:
-            named = str(err).replace("methods.*", f"methods.{method}")
-            raise WorkflowError(f"{named} (checkpoint {checkpoint})") from None
 
 
 def check_hub_jobs(jobs: Iterable, checkpoints: Checkpoints) -> None:

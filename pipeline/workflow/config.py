@@ -34,6 +34,7 @@ from pipeline.evaluate.benchmark_registry import (
 from pipeline.judge.config import AlpacaEvalConfig, JudgeConfigError
 from pipeline.layout import format_hparam
 from pipeline.models.checkpoints import CheckpointSpec, study_checkpoints
+from pipeline.models.hub import cached_commit
 from pipeline.models.presets import mup_base
 from pipeline.sweeps.lr_grids import finetune_lr_grid
 from pipeline.sweeps.lr_search import LRSearch, SearchError
@@ -118,11 +119,33 @@ def text_files(config: dict) -> dict[str, str]:
 
 def tokenizer_vocab(section: dict) -> int:
     """The vocabulary size of the study's tokenizer: `vocab_size`, or a tokenizer file's own (its
-    largest id + 1, added tokens included)."""
+    largest id + 1, added tokens included). A file that is missing, is not JSON or holds no vocabulary
+    is an error naming tokenizer.path and the file (check_config reads it before anything else does)."""
     if section["kind"] != "file":
         return section["vocab_size"]
-    spec = json.loads(Path(section["path"]).read_text())
-    ids = list(spec["model"]["vocab"].values()) + [t["id"] for t in spec.get("added_tokens", [])]
+    path = section.get("path")
+    if not path:
+        raise ValueError("tokenizer.path is required when tokenizer.kind is 'file'")
+    expected = "expected a tokenizer.json of the tokenizers library (tokenizer.kind: file)"
+    if not Path(path).is_file():
+        raise ValueError(
+            f"tokenizer.path: {path} {'is a folder' if Path(path).is_dir() else 'does not exist'}; {expected}"
+        )
+    try:
+        spec = json.loads(Path(path).read_bytes())
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"tokenizer.path: {path} is not JSON ({err}); {expected}") from None
+    model = spec.get("model") if isinstance(spec, dict) else None
+    vocab = model.get("vocab") if isinstance(model, dict) else None
+    if not vocab or not isinstance(vocab, dict | list):
+        raise ValueError(f"tokenizer.path: {path} holds no vocabulary (no model.vocab); {expected}")
+    ids = (
+        list(vocab.values()) if isinstance(vocab, dict) else [len(vocab) - 1]
+    )  # Unigram: [piece, score] pairs
+    added = [t.get("id") for t in spec.get("added_tokens") or [] if isinstance(t, dict)]
+    ids += [i for i in added if isinstance(i, int)]
+    if not all(isinstance(i, int) for i in ids):
+        raise ValueError(f"tokenizer.path: {path}: model.vocab maps tokens to non-integer ids; {expected}")
     return max(ids) + 1
 
 
@@ -133,6 +156,7 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
     re-parse of the workflow would pay again)."""
     pt = config["pretrain"]
     try:
+        tokenizer_vocab(config["tokenizer"])  # before anything reads the tokenizer
         for budget in pt["budgets"]:
             steps_for_budget(budget, pt["batch_size"], pt["seq_len"])
         specs = study_checkpoints(config)
@@ -168,8 +192,6 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
                 f"invalid config: checkpoints.local entry {spec.name!r}: {spec.path} is not a model "
                 "directory (expected config.json there)"
             )
-    if config["tokenizer"]["kind"] == "file" and not config["tokenizer"].get("path"):
-        raise ConfigError("invalid config: tokenizer.path is required when tokenizer.kind is 'file'")
     check_ranks(config)
     if config["device"] == "cuda" and finetune_enabled(config):
         check_plans(config, specs)
@@ -194,16 +216,20 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
 
 
 def check_ranks(config: dict) -> None:
-    """finetune.ranks fits one node's GPUs (device cuda) and divides the global batch; a sharded
-    job supports what it does (pipeline/train/placement.py: the curvature line needs the whole
-    model in one process)."""
+    """pretrain.ranks (a sweep's) and finetune.ranks fit one node's GPUs (device cuda: torchrun starts
+    a job's ranks on one node) and divide the global batch; a sharded job supports what it does
+    (pipeline/train/placement.py: the curvature line needs the whole model in one process)."""
     ranks, ft = finetune_ranks(config), config["finetune"]
     per_node = config["gpu"]["per_node"]
-    if config["device"] == "cuda" and ranks > per_node:
-        raise ConfigError(
-            f"invalid config: finetune.ranks {ranks} is more GPUs than a node has (gpu.per_node {per_node}); "
-            "a job runs on one node"
-        )
+    on_gpus = {"finetune.ranks": ranks}
+    if config["checkpoints"]["source"] == "sweep":
+        on_gpus["pretrain.ranks"] = config["pretrain"]["ranks"]
+    for key, count in on_gpus.items():
+        if config["device"] == "cuda" and count > per_node:
+            raise ConfigError(
+                f"invalid config: {key} {count} is more GPUs than a node has (gpu.per_node {per_node}); "
+                "a job runs on one node"
+            )
     if finetune_enabled(config) and ft["batch_size"] % ranks:
         raise ConfigError(
             f"invalid config: finetune.batch_size {ft['batch_size']} cannot be split evenly over "
@@ -344,6 +370,43 @@ def check_whole_model(config: dict, method: str) -> None:
             f"tangent model's jvp does not go through FSDP2's sharded parameters); finetune.ranks is "
             f"{finetune_ranks(config)} (set it to 1, or drop the method)"
         )
+
+
+def check_methods(config: dict, specs: Iterable[CheckpointSpec]) -> None:
+    """Every fine-tuning method that trains less than every parameter names what exists in each of
+    `specs` that a text fine-tuning job loads (rules finetune and finetune_grid, the search's runs,
+    ntk): LoRA's target modules (and its rank fits them), `params.modules`' patterns. Checked once per
+    architecture on the meta device (no weights): a preset's, or a local or hub checkpoint's
+    config.json (from the hub cache: nothing is downloaded). torch is imported only for such a method.
+    The error names the method's key, the pattern, the checkpoint and the model's module names. A LLaVA
+    task trains every parameter (check_multimodal)."""
+    methods = {m: s["params"] for m, s in finetune_methods(config).items() if s.get("params", "all") != "all"}
+    if not (methods and finetune_enabled(config) and text_tasks(config)):
+        return
+    from pipeline.models.loading import architecture  # heavy (torch): only with such a method
+    from pipeline.models.trained_params import check_selection
+
+    vocab, seen = tokenizer_vocab(config["tokenizer"]), set()
+    for spec in specs:
+        arch = (
+            (spec.source, spec.model) if spec.source == "sweep" else (spec.path, spec.model_id, spec.revision)
+        )
+        if arch in seen:
+            continue
+        seen.add(arch)
+        model = architecture(spec, vocab, local_files_only=config_at_hand(spec))
+        for method, params in methods.items():
+            try:
+                check_selection(model, params)
+            except ValueError as err:
+                named = str(err).replace("methods.*", f"methods.{method}")
+                raise ConfigError(f"invalid config: {named} (checkpoint {spec.name})") from None
+
+
+def config_at_hand(spec: CheckpointSpec) -> bool:
+    """Whether a checkpoint's architecture is known without a download: a preset, a local directory,
+    a hub revision in the cache (the others are checked when the run starts, after their revisions)."""
+    return spec.source != "hub" or cached_commit(spec.model_id, spec.revision, spec.cache_dir) is not None
 
 
 def finetune_ranks(config: dict) -> int:

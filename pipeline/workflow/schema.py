@@ -93,8 +93,8 @@ def _fill_registries(node: Any, enums: dict[str, list[str]]) -> Any:
 
 
 def validate_config(config: dict, schema: dict) -> None:
-    """Check `config` against the schema, then add the defaults it declares (in place). Raises
-    ConfigError with one or two lines per error."""
+    """Check `config` against the schema, then add the defaults it declares and put it in canonical
+    form (in place). Raises ConfigError with one or two lines per error."""
     validator = jsonschema.Draft202012Validator(schema)
     problems = schema_errors(validator, config)
     if not problems:
@@ -103,6 +103,7 @@ def validate_config(config: dict, schema: dict) -> None:
     if problems:
         more = f"\n  ... and {len(problems) - MAX_ERRORS} more" if len(problems) > MAX_ERRORS else ""
         raise ConfigError("invalid config:\n" + "\n".join(problems[:MAX_ERRORS]) + more)
+    in_canonical_form(validator, config, schema)
 
 
 def schema_errors(validator: jsonschema.protocols.Validator, config: dict) -> list[str]:
@@ -170,6 +171,11 @@ def _bounds(schema: dict) -> str:
     return " " + " and ".join(bounds) if bounds else ""
 
 
+def _yaml(value: Any) -> str:
+    """A scalar as YAML writes it (null, true, false)."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _expectation(rule: dict, schema: dict | None = None) -> str:
     """A short phrase for what a (sub)schema accepts; `rule` is the failed keyword (or a whole
     schema), `schema` the schema it belongs to."""
@@ -177,7 +183,7 @@ def _expectation(rule: dict, schema: dict | None = None) -> str:
     if "$ref" in rule:
         return "a valid entry (see config/schema.yaml)"
     if "enum" in rule:
-        return "one of " + ", ".join("null" if v is None else str(v) for v in rule["enum"])
+        return "one of " + ", ".join(_yaml(v) for v in rule["enum"])
     if "const" in rule:
         return repr(rule["const"])
     if "type" in rule:
@@ -236,6 +242,53 @@ def fill_defaults(validator: jsonschema.protocols.Validator, instance: Any, sche
     if "if" in schema:
         then = "then" if validator.evolve(schema=schema["if"]).is_valid(instance) else "else"
         fill_defaults(validator, instance, schema.get(then, {}))
+
+
+def in_canonical_form(validator: jsonschema.protocols.Validator, instance: Any, schema: dict) -> Any:
+    """`instance` by meaning, not by how it was written (in place; returned): every mapping's keys in
+    the schema's order (its `properties`, then those of the branches it takes), keys the schema does
+    not name (e.g. finetune.methods' names) sorted after them, and a whole float where the schema
+    wants an integer as that integer. Snakemake reruns a job when the text of its params changes:
+    params taken from a config in canonical form are the same for a reordered but equal config, and
+    a config written in the schema's order (config.yaml) keeps the text it had."""
+    branches = list(_branches(validator, instance, schema))
+    if isinstance(instance, dict):
+        named = {k: b["properties"][k] for b in reversed(branches) for k in b.get("properties", {})}
+        extra = next(
+            (b["additionalProperties"] for b in branches if isinstance(b.get("additionalProperties"), dict)),
+            {},
+        )
+        order = [k for b in branches for k in b.get("properties", {}) if k in instance]
+        keys = list(dict.fromkeys(order)) + sorted((k for k in instance if k not in named), key=str)
+        items = [(k, in_canonical_form(validator, instance[k], named.get(k, extra))) for k in keys]
+        instance.clear()
+        instance.update(items)
+    elif isinstance(instance, list):
+        items = next((b["items"] for b in branches if isinstance(b.get("items"), dict)), {})
+        instance[:] = [in_canonical_form(validator, v, items) for v in instance]
+    elif isinstance(instance, float) and instance.is_integer():
+        types = {
+            t for b in branches for t in (b["type"] if isinstance(b.get("type"), list) else [b.get("type")])
+        }
+        return int(instance) if "integer" in types and "number" not in types else instance
+    return instance
+
+
+def _branches(validator: jsonschema.protocols.Validator, instance: Any, schema: dict) -> Iterable[dict]:
+    """`schema` and the subschemas that describe `instance` with it: allOf, the first oneOf / anyOf
+    branch it validates against, if's then or else (as fill_defaults follows them; $refs resolved)."""
+    if "$ref" in schema:
+        schema = _resolve(validator, schema)
+    yield schema
+    subs = list(schema.get("allOf", []))
+    for key in ("oneOf", "anyOf"):
+        subs += [b for b in schema.get(key, []) if validator.evolve(schema=b).is_valid(instance)][:1]
+    if "if" in schema:
+        subs.append(
+            schema.get("then" if validator.evolve(schema=schema["if"]).is_valid(instance) else "else", {})
+        )
+    for sub in subs:
+        yield from _branches(validator, instance, sub)
 
 
 def _resolve(validator: jsonschema.protocols.Validator, schema: dict) -> dict:

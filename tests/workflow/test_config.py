@@ -1,5 +1,6 @@
 """Bad input: every config error names the key and what was expected, before any job starts."""
 
+import json
 import math
 import re
 from pathlib import Path
@@ -68,6 +69,14 @@ CASES = [
         {"device": "cuda", "finetune.ranks": 4, "gpu.per_node": 2},
         "finetune.ranks 4 is more GPUs than a node has",
     ),
+    (
+        {"device": "cuda", "pretrain.ranks": 16, "pretrain.batch_size": 16, "gpu.per_node": 8},
+        "pretrain.ranks 16 is more GPUs than a node has (gpu.per_node 8); a job runs on one node",
+    ),
+    (
+        {"finetune.grid_per_job": "always"},
+        "finetune.grid_per_job: got 'always'; expected one of true, false, auto",
+    ),
     ({"finetune.precision": "fp16"}, "finetune.precision"),
     (
         {"device": "cuda", "gpu.memory_gb": 0.5, "finetune.ranks": 1},
@@ -90,11 +99,63 @@ CASES = [
 def test_bad_config_is_rejected_with_a_clear_message(tmp_path, change, needle):
     cfg = smoke_config(study="bad-config", **{k: v for k, v in change.items() if "." in k})
     cfg.update({k: v for k, v in change.items() if "." not in k})
-    res = snakemake(write_config(tmp_path, cfg), "-n", "--cores", "1")
+    assert_stops_at_start_up(write_config(tmp_path, cfg), needle, "bad-config")
+
+
+def assert_stops_at_start_up(configfile: Path, needle: str, study: str) -> str:
+    """A dry run of `configfile` stops with `needle` in its message, no traceback, nothing written;
+    its output."""
+    res = snakemake(configfile, "-n", "--cores", "1")
     text = res.stdout + res.stderr
     assert res.returncode != 0
     assert needle in text, text[-3000:]
     assert "Traceback" not in text, text[-3000:]
+    assert not (ROOT / "results" / study).exists()
+    return text
+
+
+# the study's data files, checked before anything reads them: the message names the key and the file
+MISSING = "/nonexistent/tokenizer.json"
+# id, tokenizer.path (a file's text, MISSING or None), a folder among the shards, allow_repeat, message
+DATA_CASES = [
+    (
+        "missing",
+        MISSING,
+        False,
+        False,
+        f"tokenizer.path: {MISSING} does not exist; expected a tokenizer.json",
+    ),
+    ("null", None, False, False, "tokenizer.path is required when tokenizer.kind is 'file'"),
+    ("not-json", "not json", False, False, "tokenizer.path: {file} is not JSON (Expecting value: line 1"),
+    ("no-vocab", '{"model": {"type": "BPE"}}', False, False, "tokenizer.path: {file} holds no vocabulary"),
+    ("shard-folder", "", True, False, "pretrain.token_shards.paths: {folder} is a folder (expected token"),
+    ("shard-folder-repeat", "", True, True, "pretrain.token_shards.paths: {folder} is a folder (expected"),
+]
+
+
+@pytest.mark.parametrize(
+    "case, tokenizer, folder, repeat, needle", DATA_CASES, ids=[c[0] for c in DATA_CASES]
+)
+def test_bad_data_files_stop_the_dry_run_naming_key_and_file(
+    tmp_path, case, tokenizer, folder, repeat, needle
+):
+    """pretrain.token_shards with a tokenizer file: the tokenizer is checked first (the shards' id
+    type needs its vocabulary), present, JSON, holding a vocabulary; a folder among the shards (its
+    size is no count of ids) is named, with pretrain.allow_repeat too."""
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    (shards / "part-000.npy").write_bytes(bytes(2 * 4096))
+    file = tmp_path / "tokenizer.json"
+    if tokenizer not in (None, MISSING):  # "": a valid one
+        file.write_text(tokenizer or json.dumps({"model": {"vocab": {str(i): i for i in range(512)}}}))
+    cfg = smoke_config(study="bad-data")
+    path = tokenizer if tokenizer in (None, MISSING) else str(file)
+    cfg["tokenizer"] = {"kind": "file", "vocab_size": 512, "path": path}
+    cfg["pretrain"] |= {
+        "allow_repeat": repeat,
+        "token_shards": {"paths": [str(shards if folder else shards / "part-000.npy")], "dtype": "uint16"},
+    }
+    assert_stops_at_start_up(write_config(tmp_path, cfg), needle.format(file=file, folder=shards), "bad-data")
 
 
 # more of the judged metric's checks, in process (the check_config the Snakefile runs at parse time)
@@ -411,8 +472,13 @@ def paper_controlled_data(tmp_path: Path, tokenizer_dir: Path) -> Path:
     return write_config(tmp_path, overlay, "paper-data.yaml")
 
 
-def test_the_paper_controlled_study_stops_at_start_up_without_its_data():
+def test_the_paper_controlled_study_stops_at_start_up_without_its_data(tmp_path, tokenizer_dir):
+    """Its tokenizer first (the shards' check reads its vocabulary), then its shards."""
     res = snakemake(ROOT / "config" / "paper-controlled.yaml", "-n", "--cores", "1")
+    assert res.returncode != 0
+    assert "tokenizer.path: /data/olmo/tokenizer/gpt-neox-olmo-dolma-v1_5.json does not exist" in res.stdout
+    tokenizer = {"tokenizer": {"path": str(tokenizer_dir / "tokenizer.json")}}
+    res = snakemake(ROOT / "config" / "paper-controlled.yaml", str(write_config(tmp_path, tokenizer)), "-n")
     assert res.returncode != 0
     assert "pretrain.token_shards.paths: /data/olmo/c4/part-*.npy matches no file" in res.stdout + res.stderr
 
@@ -474,28 +540,38 @@ def test_llava_at_paper_scale_places_stage_two_on_the_planners_gpus(tmp_path, ch
     assert stage1 and all("gpu=1" in r.split(", ") for r in stage1), stage1[:2]
 
 
-@pytest.mark.parametrize(
-    "params, message",
-    [
-        (
-            {"lora": {"rank": 4, "target_modules": ["qq_proj"]}},
-            "params.lora.target_modules: 'qq_proj' matches no module",
-        ),
-        ({"modules": ["*.nonexistent.*"]}, "params.modules: '*.nonexistent.*' matches no parameter"),
-    ],
-    ids=["lora-target", "modules-pattern"],
-)
-def test_method_settings_that_match_nothing_stop_the_run_before_any_job(tmp_path, params, message):
-    """Checked on each checkpoint's architecture (meta device) when the run starts, before the
-    pre-training sweep: the error names the method's key and pattern and lists the model's module
-    names."""
-    cfg = smoke_config(study="bad-method", **{"finetune.methods": {"sft": {}, "lo": {"params": params}}})
-    res = snakemake(write_config(tmp_path, cfg), "--cores", "1")
-    text = res.stdout + res.stderr
-    assert res.returncode != 0
-    assert f"finetune.methods.lo.{message}" in text, text[-3000:]
-    assert "'q_proj'" in text and "Traceback" not in text, text[-3000:]
-    assert not (ROOT / "results" / "bad-method").exists()  # no job ran
+METHOD_CASES = [  # id, the method's params, its runs' rule (finetune; finetune_grid; a search's), message
+    (
+        "lora-target",
+        {"lora": {"rank": 4, "target_modules": ["qq_proj"]}},
+        {},
+        "params.lora.target_modules: 'qq_proj' matches no module",
+    ),
+    (
+        "lora-target-grid",
+        {"lora": {"rank": 4, "target_modules": ["qq_proj"]}},
+        {"finetune.grid_per_job": "auto", "finetune.learning_rates": [1e-3, 3e-3]},
+        "params.lora.target_modules: 'qq_proj' matches no module",
+    ),
+    (
+        "modules-search",
+        {"modules": ["*.nonexistent.*"]},
+        {"finetune.learning_rates": {"search": {"bracket": [1e-3, 1e-1], "resolution": 0.5}}},
+        "params.modules: '*.nonexistent.*' matches no parameter",
+    ),
+    ("lora-rank", {"lora": {"rank": 64, "target_modules": ["q_proj"]}}, {}, "params.lora.rank: 64 is larger"),
+]
+
+
+@pytest.mark.parametrize("case, params, change, message", METHOD_CASES, ids=[c[0] for c in METHOD_CASES])
+def test_method_settings_that_match_nothing_stop_the_dry_run(tmp_path, case, params, change, message):
+    """Checked at parse time, dry run included, on each checkpoint's architecture (meta device: the
+    preset's), whichever rule runs the method (one job per rate, grid_per_job's grid jobs, a search's
+    rounds): the error names the method's key and pattern and lists the model's module names."""
+    methods = {"finetune.methods": {"sft": {}, "lo": {"params": params}}}
+    cfg = write_config(tmp_path, smoke_config(study="bad-method", **methods, **change))
+    text = assert_stops_at_start_up(cfg, f"finetune.methods.lo.{message}", "bad-method")
+    assert "(checkpoint tiny-16384-s0)" in text and ("'q_proj'" in text or "rank" in case), text[-3000:]
 
 
 def test_duplicate_pretraining_seeds_stop_at_start_up():
