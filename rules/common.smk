@@ -15,8 +15,6 @@ from pipeline.workflow.config import (
     alpaca_eval_enabled,
     bench_config,
     check_config,
-    check_methods,
-    config_at_hand,
     curvature_section,
     eval_config,
     finetune_enabled,
@@ -28,6 +26,7 @@ from pipeline.workflow.config import (
     task_settings,
     text_files,
 )
+from pipeline.workflow.methods import check_methods, config_at_hand
 from pipeline.analysis.figure_registry import figures_of_rule
 from pipeline.workflow.params import (
     checkpoint_params,
@@ -73,7 +72,7 @@ if workflow.is_main_process:
     cluster.stop_status_checks_promptly()
 
 CHECKPOINTS = check_config(config, check_benchmark_tasks=workflow.is_main_process)
-if workflow.is_main_process:  # method patterns on each model's architecture (torch only with such a method)
+if workflow.is_main_process:  # method patterns on each model's names (pipeline/workflow/methods.py)
     check_methods(config, [s for s in CHECKPOINTS.values() if config_at_hand(s)])
 if workflow.is_main_process and finetune_enabled(config) and finetune_search(config):
     logger.info(targets.search_bound(config, CHECKPOINTS))  # a dry run shows the search's cost

@@ -66,6 +66,13 @@ def workflow_config(*overlays: dict | Path) -> dict:
     return cfg
 
 
+def reordered(node):
+    """`node` with every mapping's keys in reverse order (a reordered but equal config)."""
+    if isinstance(node, dict):
+        return {k: reordered(v) for k, v in reversed(node.items())}
+    return [reordered(v) for v in node] if isinstance(node, list) else node
+
+
 def write_config(tmp_path: Path, cfg: dict, name: str = "config.yaml") -> Path:
     path = tmp_path / name
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))

@@ -5,88 +5,29 @@ After `select`, exactly the trained parameters have `requires_grad` (the optimiz
 term and the curvature line read that flag). A LoRA model is merged back into a plain model
 (`merge`) before every evaluation that follows training and before ‖θ_ft − θ_pre‖: its adapted
 weights then carry `requires_grad`, so everything downstream sees what fine-tuning changed.
+What a method names, and its check, are torch-free (pipeline/models/selection.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fnmatch
 import logging
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import torch
 
+from pipeline.models.selection import (
+    LoraSettings,
+    ModelNames,
+    check_lora_targets,
+    describe,
+    lora_settings,
+    selected_names,
+)
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class LoraSettings:
-    """`params: {lora: {...}}`: rank r, scale alpha / r, the adapted modules (peft's matching: a
-    module name's last component, e.g. q_proj), dropout on the adapter's input."""
-
-    rank: int = 8
-    alpha: float = 16.0
-    target_modules: tuple[str, ...] = ("q_proj", "v_proj")
-    dropout: float = 0.0
-
-
-def lora_settings(params: str | dict) -> LoraSettings | None:
-    """The LoRA settings of a `params` value (None: not LoRA)."""
-    if not isinstance(params, dict) or "lora" not in params:
-        return None
-    s = dict(params["lora"] or {})
-    if "target_modules" in s:
-        s["target_modules"] = tuple(s["target_modules"])
-    return LoraSettings(**s)
-
-
-def describe(params: str | dict) -> str:
-    """`params` for a log line."""
-    lora = lora_settings(params)
-    if lora is not None:
-        return f"LoRA r={lora.rank}, alpha={lora.alpha:g} on {list(lora.target_modules)}"
-    return params if isinstance(params, str) else f"modules {params['modules']}"
-
-
-def _module_names(model: torch.nn.Module) -> list[str]:
-    """The distinct last components of the model's module names (what LoRA targets match)."""
-    last = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules() if n}
-    return sorted(name for name in last if not name.isdigit())
-
-
-def check_lora_targets(model: torch.nn.Module, lora: LoraSettings) -> None:
-    """Every target names Linear modules, and the rank fits each adapted weight's dimensions."""
-    for target in lora.target_modules:
-        found = [(n, m) for n, m in model.named_modules() if n.rsplit(".", 1)[-1] == target]
-        if not found:
-            raise ValueError(
-                f"finetune.methods.*.params.lora.target_modules: {target!r} matches no module; the "
-                f"model's module names are {_module_names(model)}"
-            )
-        for name, module in found:
-            if not isinstance(module, torch.nn.Linear):
-                raise ValueError(
-                    f"finetune.methods.*.params.lora.target_modules: {name} is a {type(module).__name__}, "
-                    "not a Linear layer"
-                )
-            if lora.rank > min(module.in_features, module.out_features):
-                raise ValueError(
-                    f"finetune.methods.*.params.lora.rank: {lora.rank} is larger than {name}'s dimensions "
-                    f"({module.in_features} -> {module.out_features})"
-                )
-
-
-def check_selection(model: torch.nn.Module, params: str | dict) -> None:
-    """What `select` checks, without changing the model (a meta-device model serves): LoRA's
-    targets and rank, or that every `modules` pattern matches a parameter."""
-    lora = lora_settings(params)
-    if lora is not None:
-        check_lora_targets(model, lora)
-    elif params != "all":
-        _selected_names(model, params)
 
 
 def lora_parameter_count(model: torch.nn.Module, lora: LoraSettings) -> int:
@@ -106,7 +47,7 @@ def select(model: torch.nn.Module, params: str | dict) -> torch.nn.Module:
         return _wrap_lora(model, lora)
     if params == "all":
         return model
-    names = _selected_names(model, params)
+    names = selected_names(ModelNames.of(model), params)
     for n, p in model.named_parameters():
         p.requires_grad_(n in names)
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -119,33 +60,10 @@ def select(model: torch.nn.Module, params: str | dict) -> torch.nn.Module:
     return model
 
 
-def _selected_names(model: torch.nn.Module, params: str | dict) -> set[str]:
-    named = dict(model.named_parameters())
-    if params == "output":
-        head = model.get_output_embeddings()
-        if head is None:
-            raise ValueError(
-                f"finetune.methods.*.params: output - {type(model).__name__} has no output layer"
-            )
-        ids = {id(p) for p in head.parameters()}
-        return {n for n, p in named.items() if id(p) in ids}
-    chosen: set[str] = set()
-    for pattern in params["modules"]:
-        hits = {n for n in named if fnmatch.fnmatchcase(n, pattern)}
-        if not hits:
-            raise ValueError(
-                f"finetune.methods.*.params.modules: {pattern!r} matches no parameter; the model's "
-                f"module names are {_module_names(model)} (fnmatch patterns over parameter names such as "
-                f"{sorted(named)[:3]}, e.g. '*.mlp.*')"
-            )
-        chosen |= hits
-    return chosen
-
-
 def _wrap_lora(model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module:
     from peft import LoraConfig, get_peft_model
 
-    check_lora_targets(model, lora)
+    check_lora_targets(ModelNames.of(model), lora)
     config = LoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,

@@ -34,7 +34,6 @@ from pipeline.evaluate.benchmark_registry import (
 from pipeline.judge.config import AlpacaEvalConfig, JudgeConfigError
 from pipeline.layout import format_hparam
 from pipeline.models.checkpoints import CheckpointSpec, study_checkpoints
-from pipeline.models.hub import cached_commit
 from pipeline.models.presets import mup_base
 from pipeline.sweeps.lr_grids import finetune_lr_grid
 from pipeline.sweeps.lr_search import LRSearch, SearchError
@@ -370,43 +369,6 @@ def check_whole_model(config: dict, method: str) -> None:
             f"tangent model's jvp does not go through FSDP2's sharded parameters); finetune.ranks is "
             f"{finetune_ranks(config)} (set it to 1, or drop the method)"
         )
-
-
-def check_methods(config: dict, specs: Iterable[CheckpointSpec]) -> None:
-    """Every fine-tuning method that trains less than every parameter names what exists in each of
-    `specs` that a text fine-tuning job loads (rules finetune and finetune_grid, the search's runs,
-    ntk): LoRA's target modules (and its rank fits them), `params.modules`' patterns. Checked once per
-    architecture on the meta device (no weights): a preset's, or a local or hub checkpoint's
-    config.json (from the hub cache: nothing is downloaded). torch is imported only for such a method.
-    The error names the method's key, the pattern, the checkpoint and the model's module names. A LLaVA
-    task trains every parameter (check_multimodal)."""
-    methods = {m: s["params"] for m, s in finetune_methods(config).items() if s.get("params", "all") != "all"}
-    if not (methods and finetune_enabled(config) and text_tasks(config)):
-        return
-    from pipeline.models.loading import architecture  # heavy (torch): only with such a method
-    from pipeline.models.trained_params import check_selection
-
-    vocab, seen = tokenizer_vocab(config["tokenizer"]), set()
-    for spec in specs:
-        arch = (
-            (spec.source, spec.model) if spec.source == "sweep" else (spec.path, spec.model_id, spec.revision)
-        )
-        if arch in seen:
-            continue
-        seen.add(arch)
-        model = architecture(spec, vocab, local_files_only=config_at_hand(spec))
-        for method, params in methods.items():
-            try:
-                check_selection(model, params)
-            except ValueError as err:
-                named = str(err).replace("methods.*", f"methods.{method}")
-                raise ConfigError(f"invalid config: {named} (checkpoint {spec.name})") from None
-
-
-def config_at_hand(spec: CheckpointSpec) -> bool:
-    """Whether a checkpoint's architecture is known without a download: a preset, a local directory,
-    a hub revision in the cache (the others are checked when the run starts, after their revisions)."""
-    return spec.source != "hub" or cached_commit(spec.model_id, spec.revision, spec.cache_dir) is not None
 
 
 def finetune_ranks(config: dict) -> int:

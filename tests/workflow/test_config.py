@@ -1,10 +1,12 @@
 """Bad input: every config error names the key and what was expected, before any job starts."""
 
+import copy
 import json
 import math
 import re
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 from workflow_utils import (
@@ -12,6 +14,7 @@ from workflow_utils import (
     ROOT,
     in_fresh_process,
     parse_time_imports,
+    reordered,
     smoke_config,
     snakemake,
     workflow_config,
@@ -21,7 +24,7 @@ from workflow_utils import (
 from pipeline.data.corpus import CorpusError, Document, build_corpus
 from pipeline.models.checkpoints import local_checkpoints, study_checkpoints
 from pipeline.workflow.plans import checkpoint_shape, finetune_plan, job_micro_batch
-from pipeline.workflow.schema import ConfigError, load_schema, validate_config
+from pipeline.workflow.schema import ConfigError, fill_defaults, load_schema, validate_config
 
 CASES = [
     ({"pertub": {"gammas": [1]}}, "pertub"),
@@ -353,6 +356,38 @@ def test_schema_errors_are_one_short_line_naming_the_key(change, line):
     assert len(lines) <= 3 and all(len(ln) < 160 for ln in lines), str(err.value)
 
 
+def test_a_reordered_config_is_the_same_config():
+    """Params by meaning: validation puts the config in canonical form (schema order, free-named keys
+    such as finetune.methods' sorted, whole floats of integer keys as ints), so every rule's params,
+    taken from it, are the same text for a reordered but equal config (Snakemake compares that text)."""
+    base = workflow_config(ROOT / "config" / "lora.yaml")
+    cfg, other = copy.deepcopy(base), reordered(base)
+    other["pretrain"]["batch_size"] = float(other["pretrain"]["batch_size"])  # 16.0: the same batch
+    validate_config(cfg, SCHEMA), validate_config(other, SCHEMA)
+    assert repr(other) == repr(cfg)
+    assert list(cfg["finetune"]["methods"]) == ["lora", "replay", "sft"]
+
+
+def key_order(node, at: str = "") -> list[str]:
+    """Every key path of a config, in order."""
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node) for p in key_order(v, f"{at}[{i}]")]
+    if not isinstance(node, dict):
+        return []
+    return [p for k, v in node.items() for p in (f"{at}.{k}", *key_order(v, f"{at}.{k}"))]
+
+
+def test_config_yaml_is_written_in_canonical_order():
+    """config.yaml (the default study, run without an overlay) is in the schema's order, with the
+    keys it leaves to their defaults after the keys it sets in each section: canonical form keeps
+    the text of its params, so the default study reruns nothing for it."""
+    cfg = yaml.safe_load((ROOT / "config.yaml").read_text())
+    defaults = copy.deepcopy(cfg)
+    fill_defaults(jsonschema.Draft202012Validator(SCHEMA), defaults, SCHEMA)  # appended, in place
+    validate_config(cfg, SCHEMA)
+    assert key_order(cfg) == key_order(defaults)
+
+
 def test_unknown_spectrum_kind_lists_the_kinds():
     with pytest.raises(ConfigError, match=r"theory\.spectra\.g: got .*kind: geometric \| .*kind: values"):
         validated(**{"theory.spectra.g": {"kind": "cubic", "ratio": 0.5}})
@@ -572,6 +607,29 @@ def test_method_settings_that_match_nothing_stop_the_dry_run(tmp_path, case, par
     cfg = write_config(tmp_path, smoke_config(study="bad-method", **methods, **change))
     text = assert_stops_at_start_up(cfg, f"finetune.methods.lo.{message}", "bad-method")
     assert "(checkpoint tiny-16384-s0)" in text and ("'q_proj'" in text or "rank" in case), text[-3000:]
+
+
+def test_method_checks_read_each_architectures_names_from_a_cache_without_torch(tmp_path):
+    """The names of a sweep's preset are built once on the meta device (its checkpoints share them)
+    and kept; the next parse checks them without importing torch, and a pattern that matches nothing
+    is found there too."""
+    from pipeline.workflow.methods import check_methods
+
+    lora = {"lora": {"rank": 4, "target_modules": ["q_proj", "v_proj"]}}
+    cfg = validated(**{"finetune.methods": {"sft": {}, "lo": {"params": lora}}})
+    cache, saved = tmp_path / "cache", tmp_path / "config.json"
+    check_methods(cfg, study_checkpoints(cfg), cache=cache)
+    assert len(study_checkpoints(cfg)) == 3 and len(list(cache.iterdir())) == 1
+    saved.write_text(json.dumps(cfg))
+    load = f"json.loads(pathlib.Path({str(saved)!r}).read_text())"
+    specs = f"pipeline.models.checkpoints.study_checkpoints({load})"
+    call = f"pipeline.workflow.methods.check_methods({load}, {specs}, cache=pathlib.Path({str(cache)!r}))"
+    modules = ["json", "pathlib", "pipeline.workflow.methods", "pipeline.models.checkpoints"]
+    assert in_fresh_process(modules, f"({call}, [m for m in {HEAVY} if m in sys.modules])[1]") == "[]"
+    bad = validated(**{"finetune.methods": {"lo": {"params": {"modules": ["*.mlp.*", "*.attn_out.*"]}}}})
+    with pytest.raises(ConfigError, match=r"finetune.methods.lo.params.modules: '\*.attn_out.\*' matches no"):
+        check_methods(bad, study_checkpoints(bad), cache=cache)
+    assert len(list(cache.iterdir())) == 1
 
 
 def test_duplicate_pretraining_seeds_stop_at_start_up():

@@ -14,6 +14,7 @@ from workflow_utils import (
     SMOKE_STUDY,
     local_smoke_study,
     planned_jobs,
+    reordered,
     smoke_config,
     snakemake,
     workflow_config,
@@ -220,6 +221,17 @@ def test_config_change_reruns_exactly_the_touched_jobs(smoke_run, tmp_path, chan
     jobs = planned_jobs(cfg)
     jobs.pop("all", None), expected.pop("all", None)
     assert jobs == expected
+
+
+def test_a_reordered_config_reruns_nothing(smoke_run, tmp_path):
+    """Params by meaning: the finished study's whole config (config.yaml under the smoke config), every
+    mapping's keys in reverse order and integer settings written as whole floats, plans no job."""
+    cfg = reordered(workflow_config(smoke_config(study=STUDY)))
+    cfg["pretrain"]["batch_size"] = float(cfg["pretrain"]["batch_size"])  # 8.0
+    cfg["eval"]["max_tokens"] = float(cfg["eval"]["max_tokens"])
+    res = snakemake(write_config(tmp_path, cfg), "-n", "--replace-workflow-config", "--cores", "1")
+    text = res.stdout + res.stderr
+    assert res.returncode == 0 and "Nothing to be done" in text, text[-3000:]
 
 
 def test_added_gamma_computes_only_new_cells(smoke_run, tmp_path):
