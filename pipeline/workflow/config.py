@@ -126,25 +126,24 @@ def tokenizer_vocab(section: dict) -> int:
     if not path:
         raise ValueError("tokenizer.path is required when tokenizer.kind is 'file'")
     expected = "expected a tokenizer.json of the tokenizers library (tokenizer.kind: file)"
-    if not Path(path).is_file():
+    file = Path(path)
+    if not file.is_file():
         raise ValueError(
-            f"tokenizer.path: {path} {'is a folder' if Path(path).is_dir() else 'does not exist'}; {expected}"
+            f"tokenizer.path: {path} {'is a folder' if file.is_dir() else 'does not exist'}; {expected}"
         )
     try:
-        spec = json.loads(Path(path).read_bytes())
+        spec = json.loads(file.read_bytes())
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(f"tokenizer.path: {path} is not JSON ({err}); {expected}") from None
     model = spec.get("model") if isinstance(spec, dict) else None
     vocab = model.get("vocab") if isinstance(model, dict) else None
     if not vocab or not isinstance(vocab, dict | list):
         raise ValueError(f"tokenizer.path: {path} holds no vocabulary (no model.vocab); {expected}")
-    ids = (
-        list(vocab.values()) if isinstance(vocab, dict) else [len(vocab) - 1]
-    )  # Unigram: [piece, score] pairs
-    added = [t.get("id") for t in spec.get("added_tokens") or [] if isinstance(t, dict)]
-    ids += [i for i in added if isinstance(i, int)]
+    # token -> id (BPE, WordPiece, WordLevel), or a Unigram's [piece, score] pairs (ids by position)
+    ids = list(vocab.values()) if isinstance(vocab, dict) else [len(vocab) - 1]
+    ids += [t.get("id") for t in spec.get("added_tokens") or [] if isinstance(t, dict)]
     if not all(isinstance(i, int) for i in ids):
-        raise ValueError(f"tokenizer.path: {path}: model.vocab maps tokens to non-integer ids; {expected}")
+        raise ValueError(f"tokenizer.path: {path}: a token id that is not an integer; {expected}")
     return max(ids) + 1
 
 
