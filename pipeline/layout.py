@@ -23,6 +23,7 @@ TOKEN_SHARD = "data/shards/{shard}.bin"
 TOKEN_SHARD_INDEX = "data/shards/{shard}.idx"
 TOKEN_SHARD_INFO = "data/shards/{shard}.json"
 TOKEN_COVERAGE = "data/token_coverage.parquet"
+REFERENCE_PPL = "data/reference_ppl.parquet"  # the held-out split under a unigram model and a uniform guess
 # one run of the sweep: a save_pretrained dir (+ init_std.json, loss curve, summary.json)
 PRETRAIN_RUN = "pretrain/{model}/seed{pretrain_seed}/{budget}"
 # WSD (pretrain.schedule): the stable run's training state at a branch step, where a budget's decay

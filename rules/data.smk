@@ -111,3 +111,29 @@ rule token_coverage:
         **cluster.scan_resources(4000, 30, mb_per_minute=6000),
     script:
         "scripts/token_coverage.py"
+
+
+# The held-out split scored by a unigram model of the training targets and by a uniform guess: the
+# reference lines of the pre-training-perplexity panels and the U claims' exclusion threshold
+# (pipeline/data/manifest.py).
+rule reference_ppl:
+    input:
+        tokens=pretrain_tokens(),
+        tokenizer=study_path(layout.TOKENIZER),
+        corpus=study_path(layout.CORPUS),
+    output:
+        study_path(layout.REFERENCE_PPL),
+    log:
+        study_path("logs/reference_ppl.log"),
+    benchmark:
+        study_path("benchmarks/reference_ppl.tsv")
+    conda:
+        "../envs/overtrain.yaml"
+    threads: 1
+    resources:
+        **cluster.scan_resources(4000, 30, mb_per_minute=6000),
+    params:
+        split=config["eval"]["split"],
+        max_tokens=config["eval"]["max_tokens"],
+    script:
+        "scripts/reference_ppl.py"

@@ -11,15 +11,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from pipeline import layout
 from pipeline.analysis.evidence import (
     CONTRADICTED,
     NOT_ESTABLISHED,
+    ONE_RUN,
     P_U,
-    SEED,
     SUPPORTED,
     Estimate,
     NoRows,
     mean_difference,
+    not_computed,
     rank_correlation,
     trend,
     u_fit,
@@ -33,10 +35,6 @@ if TYPE_CHECKING:
     from pipeline.analysis.study_tables import StudyTables
 
 # --- rows -------------------------------------------------------------------------------------------
-
-
-def _rng() -> np.random.Generator:
-    return np.random.default_rng(SEED)
 
 
 def _pretrain_ppl(t: StudyTables, modification: str | tuple) -> pd.DataFrame:
@@ -99,13 +97,11 @@ def _lr(x: float) -> str:
 
 def base_improves(t: StudyTables) -> list[Estimate]:
     rows = _pretrain_ppl(t, "none").assign(log_ppl=lambda r: np.log(r["value"]))
-    return [trend(g, "log_ppl", f"{m}", -1, _rng()) for (m,), g in _per(rows, ["model"])]
+    return [trend(g, "log_ppl", f"{m}", -1) for (m,), g in _per(rows, ["model"])]
 
 
 def gaussian_sensitivity(t: StudyTables) -> list[Estimate]:
-    return [
-        trend(g, "delta_log", f"γ = {gamma:g}", +1, _rng()) for (gamma,), g in _per(_gaussian(t), ["gamma"])
-    ]
+    return [trend(g, "delta_log", f"γ = {gamma:g}", +1) for (gamma,), g in _per(_gaussian(t), ["gamma"])]
 
 
 def gaussian_overtraining(t: StudyTables) -> list[Estimate]:
@@ -115,51 +111,90 @@ def gaussian_overtraining(t: StudyTables) -> list[Estimate]:
 
 
 def gaussian_earlier(t: StudyTables) -> list[Estimate]:
-    """The two largest γ's minima: supported when the largest γ's interval lies wholly below the
-    other's (fewer tokens), contradicted when wholly above; where either is open or missing, not
-    established."""
+    """The two largest γ's minima: supported when both U's clear P_U and the largest γ's interval lies
+    wholly below the other's (fewer tokens), contradicted when wholly above; otherwise not
+    established; not computed where the U cannot be tested (one pre-training seed)."""
     d = _gaussian(t)
     gammas = sorted(d["gamma"].unique())[-2:]
     if len(gammas) < 2:
         raise NoRows("fewer than two γ")
-    (smaller, covered), (larger, _) = (u_fit(d[d["gamma"] == g], "value") for g in gammas)
-    if not (smaller.bounded and larger.bounded):
-        verdict = NOT_ESTABLISHED
-    elif larger.min_high < smaller.min_low:
+    (smaller, covered, seeds), (larger, _, _) = (u_fit(d[d["gamma"] == g], "value") for g in gammas)
+    label = f"minimum at γ = {gammas[1]:g} / at γ = {gammas[0]:g}"
+    if seeds < 2:
+        return [not_computed(label, covered, ONE_RUN)]
+    both = all(f.p_u > P_U and f.bounded for f in (smaller, larger))
+    if both and larger.min_high < smaller.min_low:
         verdict = SUPPORTED
-    elif larger.min_low > smaller.min_high:
+    elif both and larger.min_low > smaller.min_high:
         verdict = CONTRADICTED
     else:
         verdict = NOT_ESTABLISHED
     note = f"γ = {gammas[1]:g}: {u_note(larger)}; γ = {gammas[0]:g}: {u_note(smaller)}"
-    ratio = larger.min_tokens / smaller.min_tokens
-    return [
-        Estimate(
-            f"minimum at γ = {gammas[1]:g} / at γ = {gammas[0]:g}",
-            ratio,
-            math.nan,
-            math.nan,
-            covered,
-            verdict,
-            note,
-        )
-    ]
+    ratio = larger.min_tokens / smaller.min_tokens if both else math.nan
+    return [Estimate(label, ratio, math.nan, math.nan, covered, verdict, note, pretraining_variance=True)]
 
 
 # --- fine-tuning ------------------------------------------------------------------------------------
 
 
-def finetune_sensitivity(t: StudyTables) -> list[Estimate]:
+def finetune_sensitivity(t: StudyTables, column: str = "delta_log") -> list[Estimate]:
+    """Per (task, LR): the trend of the degradation, relative (`delta_log`) or absolute (`delta`)."""
     return [
-        trend(g, "delta_log", f"{task}, LR {_lr(lr)}", +1, _rng())
+        trend(g, column, f"{task}, LR {_lr(lr)}", +1)
         for (task, lr), g in _per(_finetuned(t), ["task", "learning_rate"])
     ]
 
 
+def finetune_sensitivity_absolute(t: StudyTables) -> list[Estimate]:
+    return finetune_sensitivity(t, "delta")
+
+
+def unigram_ppl(t: StudyTables) -> float:
+    """The held-out split's perplexity under the unigram model of the study's training targets."""
+    ref = t.table(layout.REFERENCE_PPL)
+    return float(ref.loc[ref["eval_data"] == "pretrain", "unigram_ppl"].iloc[0])
+
+
+def degenerate(rows: pd.DataFrame, unigram: float) -> pd.Series:
+    """Per (task, learning rate): the largest run-mean pre-training perplexity after fine-tuning where
+    it exceeds the unigram model's (the registered exclusion rule: such a rate has destroyed more than
+    pre-training's context, and its curve says nothing about overtraining)."""
+    worst = rows.groupby(["task", "learning_rate", "pretrain_seed", "budget"])["value"].mean()
+    worst = worst.groupby(level=["task", "learning_rate"]).max()
+    return worst[worst > unigram]
+
+
 def finetune_overtraining(t: StudyTables) -> list[Estimate]:
-    settings = _per(_finetuned(t), ["task", "learning_rate"])
-    level = 1 - (1 - P_U) / len(settings)
-    return [ushape(g, "value", f"{task}, LR {_lr(lr)}", level) for (task, lr), g in settings]
+    """Per (task, LR) the U test at the Bonferroni level over the settings that remain after the
+    exclusion rule; an excluded setting is a row that says why."""
+    rows = _finetuned(t)
+    if rows["pretrain_seed"].nunique() < 2:
+        return [
+            not_computed(f"{task}, LR {_lr(lr)}", "–", ONE_RUN)
+            for (task, lr), _ in _per(rows, ["task", "learning_rate"])
+        ]
+    unigram = unigram_ppl(t)
+    out = degenerate(rows, unigram)
+    settings = [(k, g) for k, g in _per(rows, ["task", "learning_rate"]) if k not in out.index]
+    level = 1 - (1 - P_U) / max(len(settings), 1)
+    kept = f"{len(settings)} of {len(settings) + len(out)} settings in the family"
+    found = [
+        replace_note(ushape(g, "value", f"{task}, LR {_lr(lr)}", level), kept) for (task, lr), g in settings
+    ]
+    excluded = [
+        not_computed(
+            f"{task}, LR {_lr(lr)}",
+            "–",
+            f"excluded by the registered rule: pre-training perplexity after fine-tuning reaches "
+            f"{ppl:.0f}, above the unigram model's {unigram:.0f}",
+        )
+        for (task, lr), ppl in out.items()
+    ]
+    return found + excluded
+
+
+def replace_note(e: Estimate, extra: str) -> Estimate:
+    return dataclasses.replace(e, note=f"{e.note}; {extra}" if e.note else extra)
 
 
 def tuned_overtraining(t: StudyTables) -> list[Estimate]:
@@ -176,7 +211,7 @@ def tuned_in_domain(t: StudyTables) -> list[Estimate]:
         (tuned["eval_data"] == tuned["task"]) & (tuned["split"] == "test") & (tuned["metric"] == "ppl")
     ]
     return [
-        trend(g.assign(log_ppl=np.log(g["value"])), "log_ppl", f"{task}", -1, _rng())
+        trend(g.assign(log_ppl=np.log(g["value"])), "log_ppl", f"{task}", -1)
         for (task,), g in _per(test, ["task"])
     ]
 
@@ -195,7 +230,7 @@ def optimal_lr_falls(t: StudyTables) -> list[Estimate]:
     rows = tuned.assign(value=np.log10(tuned["learning_rate"]), edge=_at_grid_edge(t, tuned))
     out = []
     for (task,), g in _per(rows, ["task"]):
-        est = trend(g, "value", f"{task}", -1, _rng())
+        est = trend(g, "value", f"{task}", -1)
         note = f"best rate at the grid's edge at {int(g['edge'].sum())} of {len(g)} checkpoints"
         out.append(dataclasses.replace(est, note=note))
     return out
@@ -280,25 +315,38 @@ def replay_forgets_less(t: StudyTables) -> list[Estimate]:
     pairs = np.log(replay).sub(np.log(sft)).dropna()
     return [
         mean_difference(
-            g.to_numpy(), f"{task}", -1, _rng(), f"{len(g)} checkpoints, at each method's tuned rate"
+            g.to_numpy(),
+            f"{task}",
+            -1,
+            f"{len(g)} pre-training runs (checkpoints), at each method's tuned rate",
+            True,
         )
         for task, g in pairs.groupby(level="task", sort=True)
     ]
 
 
 def wise_ft_forgets_less(t: StudyTables, alpha: float = 0.5) -> list[Estimate]:
+    """Per method and task, at the method's tuned rate of each checkpoint: each run's (checkpoint's)
+    mean over its fine-tuning seeds of log ppl at α = `alpha` minus at α = 1, the run as the unit."""
     rows = t.metrics("WiSE-FT rows", eval_data="pretrain", metric="wise_ppl")
     a = rows["extra"].map(lambda e: json.loads(e).get("wise_alpha"))
     keys = ["task", "modification", "checkpoint", "learning_rate", "lambda_reg", "seed"]
     mid = rows[a == alpha].set_index(keys)["value"]
     full = rows[a == 1.0].set_index(keys)["value"]
-    pairs = np.log(mid).sub(np.log(full)).dropna()
+    pairs = np.log(mid).sub(np.log(full)).dropna().rename("diff").reset_index()
     if pairs.empty:
         raise NoRows(f"no rows for WiSE-FT at α = {alpha} and 1 in study {t.study!r}")
-    return [
-        mean_difference(g.to_numpy(), f"{method}", -1, _rng(), f"{len(g)} runs (every checkpoint and rate)")
-        for method, g in pairs.groupby(level="modification", sort=True)
-    ]
+    out = []
+    for method in sorted(pairs["modification"].unique()):
+        tuned = _tuned(t, method).drop_duplicates(["checkpoint", "task"])[
+            ["checkpoint", "task", "learning_rate"]
+        ]
+        at = pairs.merge(tuned, on=["checkpoint", "task", "learning_rate"])
+        runs = at.groupby(["task", "checkpoint"])["diff"].mean()
+        for task, g in runs.groupby(level="task", sort=True):
+            n = f"{len(g)} pre-training runs (checkpoints) at {method}'s tuned rate, its seeds averaged"
+            out.append(mean_difference(g.to_numpy(), f"{method}, {task}", -1, n, True))
+    return out
 
 
 # --- linearization, the NTK and sharpness ------------------------------------------------------------
@@ -312,7 +360,7 @@ def gap_grows(t: StudyTables) -> list[Estimate]:
     )
     rows = rows.assign(log_gap=np.log(rows["value"]))
     return [
-        trend(g, "log_gap", f"{task}, LR {_lr(lr)}", +1, _rng())
+        trend(g, "log_gap", f"{task}, LR {_lr(lr)}", +1)
         for (task, lr), g in _per(rows, ["task", "learning_rate"])
     ]
 
@@ -320,8 +368,7 @@ def gap_grows(t: StudyTables) -> list[Estimate]:
 def sharpness_grows(t: StudyTables) -> list[Estimate]:
     rows = t.metrics("Hessian trace", modification="none", metric="hessian_trace")
     return [
-        trend(g.assign(log_tr=np.log(g["value"])), "log_tr", f"{m}", +1, _rng())
-        for (m,), g in _per(rows, ["model"])
+        trend(g.assign(log_tr=np.log(g["value"])), "log_tr", f"{m}", +1) for (m,), g in _per(rows, ["model"])
     ]
 
 
@@ -341,7 +388,7 @@ def _ntk_pairs(t: StudyTables, y: pd.Series, what: str, sign: int) -> list[Estim
         xs, ys = kappa.loc[task].align(y.loc[task], join="inner")
         n = f"{len(xs)} checkpoints (budgets x pre-training seeds)"
         out.append(
-            rank_correlation(np.log(xs.to_numpy()), ys.to_numpy(), f"{task}: κ vs {what}", sign, _rng(), n)
+            rank_correlation(np.log(xs.to_numpy()), ys.to_numpy(), f"{task}: κ vs {what}", sign, n, True)
         )
     if not out:
         raise NoRows(f"no rows for a task with both the NTK and {what} in study {t.study!r}")
@@ -373,9 +420,10 @@ def kappa_forgetting(t: StudyTables) -> list[Estimate]:
 # --- LLaVA ------------------------------------------------------------------------------------------
 
 
-def vlm_above_chance(t: StudyTables, level: str = "majority") -> list[Estimate]:
-    """Per LLaVA task: the tuned VLM score of each (checkpoint, seed) minus the `level` chance score of
-    the study's evaluation sets (data/vlm/data.json's `chance`)."""
+def vlm_above_chance(t: StudyTables, level: str = "best") -> list[Estimate]:
+    """Per LLaVA task: each run's (checkpoint's) tuned VLM score, its stage-2 seeds averaged, minus the
+    `level` blind baseline of the study's evaluation sets (data/vlm/data.json's `chance`: the best
+    of the blind guessers by default)."""
     path = t.root / "data/vlm/data.json"
     if not path.is_file():
         raise NoRows(f"no rows for data/vlm/data.json of study {t.study!r}")
@@ -387,16 +435,12 @@ def vlm_above_chance(t: StudyTables, level: str = "majority") -> list[Estimate]:
     if score.empty:
         raise NoRows(f"no rows for the VLM score in study {t.study!r}")
     floor = float(chance[level]["vlm_score"])
-    return [
-        mean_difference(
-            (g["value"] - floor).to_numpy(),
-            f"{task} (chance {floor:.1f})",
-            +1,
-            _rng(),
-            f"{len(g)} (checkpoint, seed) runs at the tuned rate",
-        )  # fmt: skip
-        for (task,), g in _per(score, ["task"])
-    ]
+    out = []
+    for (task,), g in _per(score, ["task"]):
+        per_run = g.groupby("checkpoint")["value"].mean() - floor
+        n = f"{len(per_run)} pre-training runs (checkpoints) at the tuned rate, stage-2 seeds averaged"
+        out.append(mean_difference(per_run.to_numpy(), f"{task} ({level} blind {floor:.1f})", +1, n, True))
+    return out
 
 
 def _vlm_runs(t: StudyTables) -> pd.DataFrame:
@@ -412,7 +456,7 @@ def vlm_forgetting_grows(t: StudyTables) -> list[Estimate]:
     runs = _vlm_runs(t)
     pre = runs[(runs["eval_data"] == "pretrain") & (runs["metric"] == "ppl")]
     pre = pre.assign(delta_log=np.log(pre["value"] / pre["base"]))
-    return [trend(g, "delta_log", f"{task}", +1, _rng()) for (task,), g in _per(pre, ["task"])]
+    return [trend(g, "delta_log", f"{task}", +1) for (task,), g in _per(pre, ["task"])]
 
 
 # --- theory -----------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from pipeline.analysis.claim_stats import (
     base_improves,
     finetune_overtraining,
     finetune_sensitivity,
+    finetune_sensitivity_absolute,
     gap_grows,
     gaussian_earlier,
     gaussian_overtraining,
@@ -40,7 +41,7 @@ from pipeline.analysis.claim_stats import (
     vlm_forgetting_grows,
     wise_ft_forgets_less,
 )
-from pipeline.analysis.evidence import LEVEL, P_U, Estimate, NoRows, all_of, any_of
+from pipeline.analysis.evidence import NOT_COMPUTED, P_U, Estimate, NoRows, all_of, any_of
 
 if TYPE_CHECKING:
     from pipeline.analysis.study_tables import StudyTables
@@ -79,25 +80,31 @@ def evaluate(claim: Claim, tables: StudyTables) -> Finding:
     try:
         estimates = claim.compute(tables)
     except NoRows as err:
-        return Finding(claim, [], "not computed", str(err))
-    return Finding(claim, estimates, claim.combine([e.verdict for e in estimates]))
+        return Finding(claim, [], NOT_COMPUTED, str(err))
+    verdict = claim.combine([e.verdict for e in estimates])
+    reasons = sorted({e.note.removeprefix("not computed: ") for e in estimates if e.verdict == NOT_COMPUTED})
+    return Finding(claim, estimates, verdict, "; ".join(reasons) if verdict == NOT_COMPUTED else "")
 
 
 # --- the registry -----------------------------------------------------------------------------------
 
 TREND = (
-    "least-squares slope of the seed-mean curve against log2 tokens (change per doubling); "
-    f"{LEVEL:.0%} percentile interval of a hierarchical bootstrap (pre-training seeds, then the seeds "
-    "within each; with no replicate at all, the slope's t-interval from the scatter about the line)"
+    "least-squares slope against log2 tokens (change per doubling), the pre-training run as the unit "
+    "(each run's inner seeds averaged): the mean of the pre-training seeds' slopes with a 95% "
+    "t-interval over the seeds (df = seeds − 1); with one seed, the slope of its runs with the "
+    "t-interval from their scatter about the line (df = budgets − 2)"
 )
 U_STAT = (
     "P(U) of the U-shape detector (pipeline/analysis/inflection.py, docs/inflection.md) on log "
-    "perplexity against log tokens, over the replicate units (pre-training seeds where there are "
-    "several), with the minimum's location and its 95% interval"
+    "perplexity against log tokens over the runs (each run's inner seeds averaged), the pre-training "
+    "seeds as paired units (not computed with one seed), with the minimum's location and its 95% "
+    "interval where P(U) clears the level"
 )
 U_RULE = (
-    "supported if P(U) > {level}; contradicted if the curve still falls at its largest budgets (the "
-    "slope over the upper half of the budgets has a 95% interval below 0); otherwise not established"
+    "supported if P(U) > {level}; contradicted if the curve reliably falls at its largest budgets (the "
+    "run-level slope over the upper half of the budgets has a 95% interval below 0) and the "
+    "detector's minimum is not inside the grid; not reached within the budgets if it still falls at "
+    "its end short of that; otherwise not established"
 )
 TOY = (
     "toy scale: a 164k-parameter model, budgets of a few million tokens (under one epoch: the claim "
@@ -107,9 +114,9 @@ TOY = (
 
 DATA = "the pre-training corpus and tokenizer of the study (results/<study>/data/)"
 NTK_STAT = (
-    "Spearman's ρ over the checkpoints between log κ(K + σI) of the empirical NTK on 64 training "
-    "examples of the task (σ = 0.01 tr K / n) and {y} at the tuned learning rate; 95% percentile "
-    "bootstrap interval over the checkpoints"
+    "Spearman's ρ over the checkpoints (each a pre-training run) between log κ(K + σI) of the "
+    "empirical NTK on 64 training examples of the task (σ = 0.01 tr K / n) and {y} at the tuned "
+    "learning rate; 95% Fisher-z interval (Bonett & Wright 2000's variance)"
 )
 
 CLAIMS: list[Claim] = [
@@ -208,17 +215,33 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "finetune-sensitivity",
-        "Progressive sensitivity to fine-tuning at a fixed rate",
+        "Relative progressive sensitivity to fine-tuning at a fixed rate",
         "Fine-tuning",
         "evidence",
-        "Fine-tuning at a fixed learning rate degrades the pre-training perplexity more the longer the "
-        "model was pre-trained (Section 3.4.1, Figures 4-5).",
+        "Fine-tuning at a fixed learning rate degrades the pre-training perplexity relatively more the "
+        "longer the model was pre-trained: Δ log perplexity rises with tokens (Section 3.4.1, Figure 5).",
         "Δ log pre-training perplexity (fine-tuned / base) against tokens, per task and learning rate",
         "slope of Δ log perplexity per doubling; " + TREND,
         "supported if every (task, LR)'s interval lies above 0; contradicted if every one lies below 0; "
         "otherwise not established",
         finetune_sensitivity,
         confounds=TOY,
+    ),
+    Claim(
+        "finetune-sensitivity-absolute",
+        "Absolute progressive sensitivity to fine-tuning at a fixed rate",
+        "Fine-tuning",
+        "evidence",
+        "Fine-tuning at a fixed learning rate degrades the pre-training perplexity by more perplexity "
+        "points the longer the model was pre-trained: Δ perplexity rises with tokens (Figure 4 plots "
+        "this absolute degradation).",
+        "Δ pre-training perplexity (fine-tuned − base) against tokens, per task and learning rate",
+        "slope of Δ perplexity per doubling; " + TREND,
+        "supported if every (task, LR)'s interval lies above 0; contradicted if every one lies below 0; "
+        "otherwise not established",
+        finetune_sensitivity_absolute,
+        confounds=TOY + "; the base perplexity falls steeply over the smallest budgets, which pulls an "
+        "absolute difference down with it (the relative claim above does not have that pull)",
     ),
     Claim(
         "finetune-overtraining",
@@ -229,8 +252,12 @@ CLAIMS: list[Claim] = [
         "perplexity after fine-tuning is U-shaped in tokens (Figures 4-5).",
         "pre-training perplexity after fine-tuning against tokens, per task and learning rate",
         U_STAT,
-        "supported if P(U) > 1 − 0.05/k for at least one of the k (task, LR) settings (Bonferroni); "
-        "contradicted if every setting still falls at its largest budgets; otherwise not established",
+        "registered exclusion first: a (task, LR) whose run-mean pre-training perplexity after "
+        "fine-tuning exceeds the unigram model's of the study's training targets at any budget "
+        "(data/reference_ppl.parquet) leaves the family; then supported if P(U) > 1 − 0.05/k for at "
+        "least one of the k remaining settings (Bonferroni); each setting otherwise judged as in the "
+        "single-curve U rule (contradicted, not reached within the budgets, not established); "
+        "contradicted if every remaining setting is",
         finetune_overtraining,
         any_of,
         confounds=TOY,
@@ -246,8 +273,8 @@ CLAIMS: list[Claim] = [
         "pre-training perplexity at the tuned learning rate (best seed-mean in-domain validation "
         "perplexity per checkpoint) against tokens, per task",
         U_STAT,
-        "supported if P(U) > 1 − 0.05/k for at least one of the k tasks (Bonferroni); contradicted if "
-        "every task's curve still falls at its largest budgets; otherwise not established",
+        "supported if P(U) > 1 − 0.05/k for at least one of the k tasks (Bonferroni); each task "
+        "otherwise judged as in the single-curve U rule; contradicted if every task is",
         tuned_overtraining,
         any_of,
         confounds=TOY + "; the tuned rate is chosen from a grid half a decade apart",
@@ -303,7 +330,7 @@ CLAIMS: list[Claim] = [
         "rate, the pre-training perplexity after fine-tuning with replay is below that without.",
         "log pre-training perplexity, replay minus full fine-tuning, per checkpoint at each method's "
         "tuned learning rate",
-        "mean paired difference; 95% percentile bootstrap interval over the checkpoints",
+        "mean paired difference, one per pre-training run (checkpoint); 95% t-interval over the runs",
         "supported if the interval lies below 0; contradicted if above; otherwise (or with one pair) "
         "not established",
         replay_forgets_less,
@@ -316,11 +343,12 @@ CLAIMS: list[Claim] = [
         "lora",
         "WiSE-FT buys back forgetting: the weight-space midpoint θ_pre + ½(θ_ft − θ_pre) has a lower "
         "pre-training perplexity than the fine-tuned model.",
-        "log pre-training perplexity at α = ½ minus at α = 1, per fine-tuning run",
-        "mean paired difference; 95% percentile bootstrap interval over the runs",
+        "log pre-training perplexity at α = ½ minus at α = 1 at each method's tuned learning rate, per "
+        "pre-training run (checkpoint; its fine-tuning seeds averaged), per method and task",
+        "mean paired difference over the runs; 95% t-interval over them",
         "supported if the interval lies below 0; contradicted if above; otherwise not established",
         wise_ft_forgets_less,
-        confounds=TOY + "; the runs of one method share its checkpoints, so they are not independent",
+        confounds=TOY + "; the midpoint is judged at the rate tuned for the fine-tuned model (α = 1)",
     ),
     Claim(
         "gap-grows",
@@ -416,18 +444,21 @@ CLAIMS: list[Claim] = [
     ),
     Claim(
         "vlm-above-chance",
-        "The toy VLM scores above the majority answer",
+        "The toy VLM scores above the best blind baseline",
         "LLaVA",
         "vlm-demo",
-        "After LLaVA's two stages, the toy vision-language model scores above a blind guesser that "
-        "always gives the majority answer of each evaluation set.",
+        "After LLaVA's two stages, the toy vision-language model scores above the best blind guesser "
+        "of its evaluation sets (the best of the uniform, majority-answer and best-constant guessers "
+        "that never look at the image).",
         "the VLM score (MME perception / 2000 and POPE F1, LLaVA-1.5's convention) at the tuned stage-2 "
-        "learning rate minus the majority answer's score on the same sets",
-        "mean difference over the (checkpoint, seed) runs; 95% percentile bootstrap interval over them",
+        "learning rate minus the best blind guesser's score on the same sets, per pre-training run",
+        "mean difference over the pre-training runs (checkpoints; stage-2 seeds averaged in each); 95% "
+        "t-interval over them",
         "supported if the interval lies above 0; contradicted if below; otherwise not established",
         vlm_above_chance,
         confounds="a toy corpus of rendered digits, emoji and words with a tiny CLIP tower trained here; "
-        "the score's parts swing with the model's yes/no bias",
+        "the score's parts swing with the model's yes/no bias; the stage-2 rate is chosen on the same "
+        "evaluation sets it is scored on, which favours the claim",
     ),
     Claim(
         "vlm-forgetting-grows",

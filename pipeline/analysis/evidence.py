@@ -1,35 +1,52 @@
 """The statistics a registered claim rests on (pipeline/analysis/claims.py), computed from a study's
-rows with the seeds they hold: a trend over tokens with a hierarchical bootstrap interval, the
-U-shape detector, and a rank correlation with a bootstrap interval; and the decision rules that turn
-an interval into a verdict, stated before the data.
+rows with the pre-training run as the unit, and the decision rules that turn an interval into a
+verdict, stated before the data.
 
-Every interval is a 95% interval; every bootstrap is seeded (`BOOTSTRAP`), so a rendering is a pure
-function of the tables.
+Randomness enters at three levels: the pre-training seed; within a seed, each budget's run (cosine
+runs are separate runs; WSD branches share one stable run and so are not); and inner seeds
+(perturbation, fine-tuning) nested in a run. Every statistic first averages a run's inner seeds
+(they are not independent replicates of the run), then:
+
+- a trend over tokens is each pre-training seed's least-squares slope against log2 tokens, with a
+  t-interval over the seeds (df = seeds - 1: the summary-statistics analysis of a random-slope
+  model, exact under normal errors whatever the within-seed correlation, so it holds for WSD
+  branches too); with one pre-training seed, the slope of the runs with a t-interval from their
+  scatter about the line (df = budgets - 2), valid only where the budgets are separate runs;
+- a U-shape is the detector of pipeline/analysis/inflection.py on the runs, the seeds as paired
+  units: it needs two or more pre-training seeds;
+- a paired difference is a t-interval over its units (df = units - 1);
+- a rank correlation is Spearman's ρ with a Fisher-z interval (Bonett & Wright 2000's variance).
+
+No percentile bootstrap: over a handful of units its "95%" interval is about the range of the units
+(coverage 0.75 with 3). Every not-established verdict comes with the smallest effect its design
+detects with 80% power at its own noise (`detectable`). bench/claims_calibration.py simulates
+each statistic at the studies' noise structures and prints its coverage and false-supported rate.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy.stats import spearmanr
+from scipy.stats import norm, spearmanr
 from scipy.stats import t as t_dist
 
-from pipeline.analysis.inflection import UShape, u_shape
-from pipeline.analysis.seeds import bootstrap_means, cube_mean, seed_cube, seeds_covered, unit_values
+from pipeline.analysis.inflection import UShape, detectable_rise, u_shape
+from pipeline.analysis.seeds import run_means, seed_cube
 
 if TYPE_CHECKING:
     import pandas as pd
 
 LEVEL = 0.95
-BOOTSTRAP = 4000  # resamples of every bootstrap interval
-SEED = 0  # of every bootstrap
+POWER = 0.8  # the power at which a not-established claim states its detectable effect
+SEED = 0  # of every simulation a rendering uses
 P_U = 0.95  # a U is established when P(U) exceeds this (pipeline/analysis/inflection.py)
 
 SUPPORTED, NOT_ESTABLISHED, CONTRADICTED = "supported", "not established", "contradicted"
+NOT_REACHED = "not reached within the budgets"  # a U claim whose curve still falls at its end
+NOT_COMPUTED = "not computed"
 
 
 class NoRows(LookupError):
@@ -44,9 +61,16 @@ class Estimate:
     value: float
     low: float
     high: float
-    n: str  # e.g. "7 budgets; 3 pre-training seeds x 3 perturbation seeds"
+    n: str  # at the run level, e.g. "3 pre-training seeds (the unit) x 7 budgets = 21 runs; ..."
     verdict: str
-    note: str = ""  # e.g. the U's minimum and its interval
+    note: str = ""  # e.g. the U's minimum and its interval; for not computed, the reason
+    detectable: float = math.nan  # the effect the design detects with 80% power, in the estimate's units
+    pretraining_variance: bool = False  # the interval covers pre-training variance (stable across machines)
+
+
+def not_computed(label: str, n: str, reason: str) -> Estimate:
+    """A setting whose design gives its statistic no power (or no rows): a verdict of its own."""
+    return Estimate(label, math.nan, math.nan, math.nan, n, NOT_COMPUTED, f"not computed: {reason}")
 
 
 def interval_verdict(low: float, high: float, sign: int) -> str:
@@ -62,23 +86,39 @@ def interval_verdict(low: float, high: float, sign: int) -> str:
     return NOT_ESTABLISHED
 
 
+def _settled(verdicts: list[str]) -> list[str] | str:
+    """The computed verdicts, or NOT_COMPUTED when there are none."""
+    computed = [v for v in verdicts if v != NOT_COMPUTED]
+    return computed or NOT_COMPUTED
+
+
 def all_of(verdicts: list[str]) -> str:
-    """A claim made of several settings, each of which must hold: supported when all are,
-    contradicted when all are contradicted, otherwise not established."""
-    if verdicts and all(v == SUPPORTED for v in verdicts):
-        return SUPPORTED
-    if verdicts and all(v == CONTRADICTED for v in verdicts):
-        return CONTRADICTED
+    """A claim made of several settings, each of which must hold: supported when all are (and all
+    were computed), contradicted when all are, not reached when each is contradicted or not reached,
+    not computed when none was, otherwise not established."""
+    computed = _settled(verdicts)
+    if computed == NOT_COMPUTED:
+        return NOT_COMPUTED
+    if len(computed) == len(verdicts) and len(set(computed)) == 1:
+        return computed[0]
+    if len(computed) == len(verdicts) and set(computed) <= {CONTRADICTED, NOT_REACHED}:
+        return NOT_REACHED
     return NOT_ESTABLISHED
 
 
 def any_of(verdicts: list[str]) -> str:
     """A claim that holds where at least one setting does (each setting's test made at the
-    Bonferroni level by its caller): supported when any is, contradicted when all are."""
-    if any(v == SUPPORTED for v in verdicts):
+    Bonferroni level by its caller): supported when any is, contradicted when every computed one
+    is, not reached when each computed one is contradicted or not reached, not computed when none was."""
+    computed = _settled(verdicts)
+    if computed == NOT_COMPUTED:
+        return NOT_COMPUTED
+    if SUPPORTED in computed:
         return SUPPORTED
-    if verdicts and all(v == CONTRADICTED for v in verdicts):
+    if set(computed) == {CONTRADICTED}:
         return CONTRADICTED
+    if set(computed) <= {CONTRADICTED, NOT_REACHED}:
+        return NOT_REACHED
     return NOT_ESTABLISHED
 
 
@@ -89,76 +129,145 @@ def _inner_name(rows: pd.DataFrame) -> str:
     return "fine-tuning" if mods and "none" not in mods else "evaluation"
 
 
-def _covered(cube: np.ndarray, rows: pd.DataFrame) -> str:
-    budgets = cube.shape[2]
+def design(cube: np.ndarray, rows: pd.DataFrame) -> str:
+    """n at the run level, in words: the unit, the runs, and the inner seeds averaged in each."""
+    runs = run_means(cube)
+    n_runs, (P, K) = int(np.isfinite(runs).sum()), runs.shape
     inner = int(np.max(np.sum(np.isfinite(cube).any(axis=2), axis=1)))
-    return f"{budgets} budgets; {seeds_covered(cube.shape[0], inner, _inner_name(rows))}"
+    within = f"; {inner} {_inner_name(rows)} seeds averaged within each run" if inner > 1 else ""
+    if P >= 2:
+        return f"{P} pre-training seeds (the unit) x {K} budgets = {n_runs} runs{within}"
+    return f"1 pre-training seed: {n_runs} runs, one per budget (pre-training variance not covered){within}"
 
 
-def trend(rows: pd.DataFrame, value: str, label: str, sign: int, rng: np.random.Generator) -> Estimate:
-    """The least-squares slope of the seed-mean curve of `value` against log2 tokens (its change per
-    doubling of pre-training), with a 95% percentile interval from the hierarchical bootstrap
-    (pipeline/analysis/seeds.py), and its verdict for the claimed direction `sign`. Without any
-    replicate (one run per budget) the interval is the slope's t-interval from the scatter about
-    the fitted line (budgets - 2 degrees of freedom), and `n` says so."""
+def t_interval(value: float, se: float, df: int) -> tuple[float, float]:
+    half = float(t_dist.ppf((1 + LEVEL) / 2, df)) * se
+    return value - half, value + half
+
+
+def detectable(se: float, df: int) -> float:
+    """The true effect a two-sided LEVEL t-test with this se and df finds with probability POWER."""
+    return (float(t_dist.ppf((1 + LEVEL) / 2, df)) + float(t_dist.ppf(POWER, df))) * se
+
+
+def _slope(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Least-squares slope of y on x and the residual sum of squares."""
+    xc = x - x.mean()
+    b = float(xc @ (y - y.mean()) / (xc @ xc))
+    r = y - y.mean() - b * xc
+    return b, float(r @ r)
+
+
+def run_slope(x: np.ndarray, runs: np.ndarray) -> tuple[float, float, int, str]:
+    """(slope, se, df, reason) of runs (pre-training seeds x budgets) against x: the mean of each
+    seed's slope with its standard error over the seeds; with one seed, the slope of its runs with the
+    se from their scatter about the line. NaN and a reason where the design cannot give one."""
+    fits = [_slope(x[ok], r[ok]) for r in runs if (ok := np.isfinite(r)).sum() >= 3]
+    if len(runs) >= 2:
+        if len(fits) < 2:
+            return math.nan, math.nan, 0, "fewer than 2 pre-training seeds with 3 or more budgets"
+        slopes = np.array([b for b, _ in fits])
+        return float(slopes.mean()), float(slopes.std(ddof=1) / math.sqrt(len(slopes))), len(slopes) - 1, ""
+    ok = np.isfinite(runs[0])
+    if len(fits) < 1 or ok.sum() < 3:
+        return math.nan, math.nan, 0, f"{int(ok.sum())} budget(s) with a finite value: a trend needs 3"
+    (b, rss), xs = fits[0], x[ok]
+    df = int(ok.sum()) - 2
+    return b, math.sqrt(rss / df / float(((xs - xs.mean()) ** 2).sum())), df, ""
+
+
+def trend(rows: pd.DataFrame, value: str, label: str, sign: int) -> Estimate:
+    """The change of `value` per doubling of pre-training tokens, the pre-training run as the unit
+    (run_slope; module docstring), with its 95% t-interval, verdict for the claimed direction `sign`
+    and the slope it detects with 80% power."""
     budgets, cube, _, _ = seed_cube(rows, value)
+    n = design(cube, rows)
     if len(budgets) < 3:
-        raise NoRows(f"fewer than 3 budgets for {label}")
-    x = np.log2(budgets)
-    x = x - x.mean()
+        return not_computed(label, n, f"{len(budgets)} budget(s): a trend needs at least 3")
+    finite = cube[np.isfinite(cube)]
+    if finite.size and np.ptp(finite) <= 1e-12 * max(1.0, float(np.abs(finite).max())):
+        return not_computed(label, n, "the metric is constant")
+    runs = run_means(cube)
+    point, se, df, reason = run_slope(np.log2(budgets), runs)
+    if reason:
+        return not_computed(label, n, reason)
+    if not se > 0:
+        return not_computed(label, n, "no variation between units: no interval")
+    low, high = t_interval(point, se, df)
+    return Estimate(
+        label,
+        point,
+        low,
+        high,
+        n,
+        interval_verdict(low, high, sign),
+        detectable=detectable(se, df),
+        pretraining_variance=runs.shape[0] >= 2,
+    )
 
-    def slope(curves: np.ndarray) -> np.ndarray:
-        return (curves * x).sum(axis=-1) / (x * x).sum()
 
-    mean = cube_mean(cube)
-    point = float(slope(mean))
-    covered = _covered(cube, rows)
-    if cube.shape[0] * cube.shape[1] == 1:  # no replicate: the scatter about the line
-        resid = mean - mean.mean() - point * x
-        se = math.sqrt(float(resid @ resid) / (len(x) - 2) / float(x @ x))
-        half = float(t_dist.ppf((1 + LEVEL) / 2, len(x) - 2)) * se
-        low, high = point - half, point + half
-        covered += "; no replicate: t-interval from the scatter about the fitted line"
-    else:
-        boots = slope(bootstrap_means(cube, BOOTSTRAP, rng))
-        low, high = _percentiles(boots[np.isfinite(boots)])
-    return Estimate(label, point, low, high, covered, interval_verdict(low, high, sign))
+def u_runs(budgets: np.ndarray, runs: np.ndarray, level: float = LEVEL) -> UShape:
+    """The U-shape detector on runs (pre-training seeds x budgets, already on the analysed scale), the
+    seeds as paired units."""
+    tokens = np.repeat(np.asarray(budgets, float)[None, :], len(runs), axis=0)
+    unit = np.repeat(np.arange(len(runs))[:, None], runs.shape[1], axis=1)
+    return u_shape(tokens.ravel(), runs.ravel(), unit.ravel(), level)
 
 
-def u_fit(rows: pd.DataFrame, value: str) -> tuple[UShape, str]:
-    """The U-shape detector (pipeline/analysis/inflection.py) on log(`value`) against tokens, over
-    the replicate units (pre-training seeds where there are several, else the seeds within the one
-    run), and what it was computed over."""
+def u_fit(rows: pd.DataFrame, value: str) -> tuple[UShape, str, int]:
+    """The U-shape detector (pipeline/analysis/inflection.py) on log(`value`) against tokens over the
+    runs (each run's inner seeds averaged), its pre-training seeds as paired units; what it was
+    computed over; and the number of pre-training seeds."""
     budgets, cube, _, _ = seed_cube(rows, value)
-    units, _ = unit_values(np.log(cube))
-    tokens = np.repeat(budgets[None, :], len(units), axis=0)
-    unit = np.repeat(np.arange(len(units))[:, None], len(budgets), axis=1)
-    return u_shape(tokens.ravel(), units.ravel(), unit.ravel()), _covered(cube, rows)
+    runs = np.log(run_means(cube))
+    return u_runs(budgets, runs), design(cube, rows), len(runs)
+
+
+ONE_RUN = (
+    "one pre-training seed: a U needs run-level replicates (two or more pre-training seeds); the "
+    "inner seeds of a run are not independent runs"
+)
 
 
 def ushape(rows: pd.DataFrame, value: str, label: str, level: float = P_U) -> Estimate:
-    """`u_fit`'s P(U) and its verdict: supported when P(U) > `level`; contradicted when the curve is
-    still falling at its largest budgets (the slope of its upper half has a 95% interval below 0);
-    otherwise not established."""
-    fit, covered = u_fit(rows, value)
-    if fit.p_u > level:
-        verdict = SUPPORTED
-    else:
-        upper = rows[rows["budget"] >= rows["budget"].median()].assign(_log=lambda r: np.log(r[value]))
-        falling = (
-            upper["budget"].nunique() >= 3
-            and trend(upper, "_log", label, -1, np.random.default_rng(SEED)).verdict == SUPPORTED
-        )
-        verdict = CONTRADICTED if falling else NOT_ESTABLISHED
-    return Estimate(label, float(fit.p_u), math.nan, math.nan, covered, verdict, u_note(fit))
+    """`u_fit`'s P(U) and its verdict: supported when P(U) > `level`; contradicted when the curve
+    reliably falls at its largest budgets (the run-level slope over the upper half of the budgets has a
+    95% interval below 0) and the detector's minimum is not inside the grid; not reached within the
+    budgets when the curve still falls at its end short of that; otherwise not established. The
+    detectable effect is the rise (log units) between two of the upper budgets found with 80% power."""
+    fit, n, seeds = u_fit(rows, value)
+    if seeds < 2:
+        return not_computed(label, n, ONE_RUN)
+    if not math.isfinite(fit.p_u):
+        return not_computed(label, n, fit.reason)
+    verdict = SUPPORTED if fit.p_u > level else _no_u_verdict(rows, value, label, fit)
+    return Estimate(
+        label,
+        float(fit.p_u),
+        math.nan,
+        math.nan,
+        n,
+        verdict,
+        u_note(fit, level),
+        detectable=detectable_rise(fit, level, POWER),
+        pretraining_variance=True,
+    )
 
 
-def u_note(fit: UShape) -> str:
-    """P(U), and the minimum's location with its interval (open ends as ≤ / ≥)."""
+def _no_u_verdict(rows: pd.DataFrame, value: str, label: str, fit: UShape) -> str:
+    upper = rows[rows["budget"] >= rows["budget"].median()].assign(_log=lambda r: np.log(r[value]))
+    top = trend(upper, "_log", label, -1)
+    if top.verdict == SUPPORTED and fit.min_tokens >= rows["budget"].max():
+        return CONTRADICTED
+    return NOT_REACHED if top.value < 0 else NOT_ESTABLISHED
+
+
+def u_note(fit: UShape, level: float = P_U) -> str:
+    """P(U), and where it clears `level` the minimum's location with its interval (open ends as ≤ / ≥)."""
     if not math.isfinite(fit.p_u):
         return f"not computed: {fit.reason}"
     note = f"P(U) = {fit.p_u:.3f}"
-    if math.isfinite(fit.min_tokens):
+    if fit.p_u > level and math.isfinite(fit.min_tokens):
         note += f"; minimum at {_tokens(fit.min_tokens)}"
         low, high = fit.min_low, fit.min_high
         if low > 0 and math.isfinite(high):
@@ -170,41 +279,38 @@ def u_note(fit: UShape) -> str:
     return note
 
 
-def rank_correlation(
-    x: np.ndarray, y: np.ndarray, label: str, sign: int, rng: np.random.Generator, n: str
-) -> Estimate:
-    """Spearman's ρ of paired observations with a 95% percentile interval from resampling the pairs,
-    and its verdict for the claimed sign of the association."""
+def rank_correlation(x: np.ndarray, y: np.ndarray, label: str, sign: int, n: str, runs: bool) -> Estimate:
+    """Spearman's ρ of paired observations (`runs`: each pair a pre-training run of its own seed)
+    with a 95% Fisher-z interval (variance (1 + ρ²/2) / (n - 3), Bonett & Wright 2000), its verdict
+    for the claimed sign, and the |ρ| detected with 80% power."""
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
     if len(x) < 4:
-        raise NoRows(f"fewer than 4 pairs for {label}")
+        return not_computed(label, n, f"{len(x)} pair(s): a rank correlation needs at least 4")
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return not_computed(label, n, "a constant variable has no rank correlation")
     point = float(spearmanr(x, y)[0])
-    idx = rng.integers(0, len(x), size=(BOOTSTRAP, len(x)))
-    with warnings.catch_warnings():  # a resample of tied values has no ρ: dropped below
-        warnings.simplefilter("ignore")
-        boots = np.array([spearmanr(x[i], y[i])[0] for i in idx])
-    low, high = _percentiles(boots[np.isfinite(boots)])
-    return Estimate(label, point, low, high, n, interval_verdict(low, high, sign))
+    z, se = math.atanh(float(np.clip(point, -0.9999, 0.9999))), math.sqrt((1 + point**2 / 2) / (len(x) - 3))
+    q = float(norm.ppf((1 + LEVEL) / 2))
+    low, high = math.tanh(z - q * se), math.tanh(z + q * se)
+    rho_d = math.tanh((q + float(norm.ppf(POWER))) / math.sqrt(len(x) - 3))
+    return Estimate(label, point, low, high, n, interval_verdict(low, high, sign), "", rho_d, runs)
 
 
-def mean_difference(diffs: np.ndarray, label: str, sign: int, rng: np.random.Generator, n: str) -> Estimate:
-    """The mean of paired differences with a 95% percentile bootstrap interval over the pairs (no
-    interval from one pair), and its verdict for the claimed sign."""
+def mean_difference(diffs: np.ndarray, label: str, sign: int, n: str, runs: bool) -> Estimate:
+    """The mean of paired differences, one per unit (`runs`: a unit is a pre-training run or seed),
+    with a 95% t-interval over the units, its verdict for the claimed sign and the mean difference
+    detected with 80% power."""
     diffs = diffs[np.isfinite(diffs)]
-    if not len(diffs):
-        raise NoRows(f"no pairs for {label}")
-    point = float(diffs.mean())
     if len(diffs) < 2:
-        return Estimate(label, point, math.nan, math.nan, n, NOT_ESTABLISHED)
-    boots = diffs[rng.integers(0, len(diffs), size=(BOOTSTRAP, len(diffs)))].mean(axis=1)
-    low, high = _percentiles(boots)
-    return Estimate(label, point, low, high, n, interval_verdict(low, high, sign))
-
-
-def _percentiles(samples: np.ndarray) -> tuple[float, float]:
-    lo, hi = np.quantile(samples, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
-    return float(lo), float(hi)
+        return not_computed(label, n, f"{len(diffs)} unit(s): a paired difference needs at least 2")
+    point, se, df = float(diffs.mean()), float(diffs.std(ddof=1) / math.sqrt(len(diffs))), len(diffs) - 1
+    if not se > 0:
+        return not_computed(label, n, "identical differences: no interval")
+    low, high = t_interval(point, se, df)
+    return Estimate(
+        label, point, low, high, n, interval_verdict(low, high, sign), "", detectable(se, df), runs
+    )
 
 
 def _tokens(x: float) -> str:

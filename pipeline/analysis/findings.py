@@ -58,6 +58,7 @@ RUN = {
 MARK = {
     "supported": "✅ supported",
     "not established": "◻️ not established",
+    "not reached within the budgets": "⏳ not reached within the budgets",
     "contradicted": "❌ contradicted",
 }
 
@@ -80,6 +81,25 @@ def verdict_text(f: Finding) -> str:
     return MARK.get(f.verdict, f"not computed: {f.missing}")
 
 
+def stability(f: Finding) -> str:
+    """Whether the verdict covers pre-training variance (stable across machines) or rests on one
+    pre-training seed (its runs' randomness differs between machines, so it may flip); '–' for a
+    claim that involves no pre-training run (a data check, the theory track)."""
+    computed = [e for e in f.estimates if e.verdict != "not computed"]
+    if computed and all(e.pretraining_variance for e in computed):
+        return "covers pre-training variance: stable across machines"
+    if any("pre-training seed" in e.n for e in computed):
+        return "rests on one pre-training seed: may flip on another machine"
+    return "–"
+
+
+def _detectable(e) -> str:
+    """The effect a not-established (or not reached) setting's design detects with 80% power."""
+    if e.verdict in ("supported", "contradicted") or not math.isfinite(e.detectable):
+        return "–"
+    return f"{fmt(e.detectable)}"
+
+
 def render_finding(f: Finding, number: str) -> str:
     c = f.claim
     out = [f"### {number} {c.title}: {verdict_text(f)}", "", f"> {c.statement}", ""]
@@ -91,6 +111,7 @@ def render_finding(f: Finding, number: str) -> str:
                 ["statistic", c.statistic],
                 ["decision rule (fixed before the data)", c.rule],
                 ["study", f"`{c.study}` ({RUN.get(c.study, c.study)})"],
+                ["across machines", stability(f)],
                 ["confounds of the toy setup", c.confounds or "–"],
             ],
         ),
@@ -104,11 +125,19 @@ def render_finding(f: Finding, number: str) -> str:
                 "–" if not math.isfinite(e.low) else f"{fmt(e.low)} to {fmt(e.high)}",
                 e.n,
                 e.verdict,
+                _detectable(e),
                 e.note or "–",
             ]
             for e in f.estimates
         ]
-        out += [_table(["setting", "estimate", "95% interval", "n", "verdict", "note"], rows), ""]
+        header = [
+            "setting",
+            "estimate",
+            "95% interval",
+            "n (the unit: a pre-training run or seed)",
+            "verdict",
+        ]
+        out += [_table([*header, "detectable with 80% power", "note"], rows), ""]
     return "\n".join(out)
 
 
@@ -139,11 +168,17 @@ def render(findings: list[Finding], title: str, intro: str, note: str = NOTE) ->
 
 INTRO = (
     "Each finding below is a registered claim (pipeline/analysis/claims.py): what is compared, the "
-    "statistic with its 95% interval and n, and a decision rule fixed before the data, which gives "
-    '**supported**, **not established** or **contradicted**. "Not established" is a result: the '
-    "data do not decide. Intervals say which seeds they cover; with one pre-training run they leave "
-    "pre-training variance out. The toy's confounds are named with each claim; none of this is "
-    "worded more strongly than its interval. Rendered from the studies' tables in docs/reference/."
+    "statistic with its 95% interval and n at the level where independent randomness enters (the "
+    "pre-training run: inner seeds are averaged within it), and a decision rule fixed before the data, "
+    "which gives **supported**, **not established**, **not reached within the budgets** (a U claim "
+    "whose curve still falls at its largest budget) or **contradicted**; a design that gives a "
+    'statistic no power renders **not computed** with its reason. "Not established" is a result: '
+    "the data do not decide, and the row says the effect its design could have detected with 80% "
+    "power at its own noise. Each claim says whether its verdict covers pre-training variance "
+    "(stable across machines) or rests on one pre-training seed (may flip on another machine). "
+    "bench/claims_calibration.py shows each interval's coverage by simulation. The toy's confounds "
+    "are named with each claim; none of this is worded more strongly than its interval. Rendered "
+    "from the studies' tables in docs/reference/."
 )
 
 

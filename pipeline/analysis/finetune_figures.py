@@ -56,8 +56,6 @@ def plot_fixed_lr(
     stem: str | Path,
     formats: Iterable[str],
     max_pretrain_ppl: float | None = None,
-    n_bootstrap: int = 1000,
-    seed: int = 0,
 ) -> list[Path]:
     """Per (model, task) row, vs tokens, one line per LR: Δ log pre-training ppl (progressive
     sensitivity: the base perplexity falls steeply over the smallest budgets, so the absolute Δ
@@ -65,11 +63,10 @@ def plot_fixed_lr(
 
     d: analysis.deltas rows of the fine-tuned models (pre-training validation ppl and ID ppl);
     base: unmodified rows (pre-training and ID); inflection: analysis.inflection_table (★). Each line
-    is the mean over pre-training seeds of the mean over fine-tuning seeds, with its 95% hierarchical
-    bootstrap band (analysis/seeds.py).
+    is the mean over pre-training seeds of each run's mean over fine-tuning seeds, with its 95% t-band
+    over the pre-training seeds (analysis/seeds.py).
     """
     set_style()
-    rng = np.random.default_rng(seed)
     note = ""
     sft = d[d["modification"] == "sft"]
     pre = sft[sft["eval_data"] == "pretrain"]
@@ -100,7 +97,7 @@ def plot_fixed_lr(
             if data.empty:
                 continue
             for lam, at in data.groupby("lambda_reg", sort=True):
-                bands = curve_bands(at, ["learning_rate"], col, n_bootstrap, rng)
+                bands = curve_bands(at, ["learning_rate"], col)
                 suffix = f", λ = {lam:g}" if len(lambdas) > 1 else ""
                 band_plot(ax, bands, "learning_rate", palette, ax is row[1], styles[lam], suffix)
                 note = band_note(bands, "fine-tuning")

@@ -7,14 +7,15 @@ e.g. log perplexity, at each pre-training budget, with replicate units such as s
       H0: the budget means have no interior valley (monotone, flat, or rising then falling)
       H1: some budget's mean is below the mean at an earlier budget AND below the mean at a later one.
   The test claims a significant drop (mean at budget i > mean at j, i < j) and a significant rise
-  (mean at j' < mean at k, j' < k) with j <= j'; each claim is a pairwise t statistic (pooled
-  residual variance) referred to the null law of the largest of the one-sided ordered differences
-  among K - 1 equal means (a one-sided studentised range, simulated once per (K, df) and cached).
+  (mean at j' < mean at k, j' < k) with j <= j'; each claim is a pairwise t statistic (residual
+  variance from the fit below) referred to the null law of the largest studentised rise among K
+  equal budget means with the fit's own covariance (for independent equal-variance means the
+  one-sided studentised range; simulated with common random numbers per (K, df), cached per shape).
   Under a monotone (or flat) truth only one side can be falsely claimed and that side's
   family-wise error is <= alpha, so P(p_u > 1 - alpha) <= alpha for every curve with no interior
   minimum (= alpha at a certain drop followed by a flat tail; for rise-then-fall curves the union
   bound gives <= 2 alpha). p_u is a confidence, not a Bayesian posterior: "U established" is
-  p_u > 0.95. The simulated null law has 1e5 draws, so p_u saturates at 1 - 1e-5 .. 1.
+  p_u > 0.95. The simulated null law has 5e4 draws, so p_u saturates at 1 - 2e-5 .. 1.
 - `min_low`, `min_high`: a `level` confidence interval for the location of the minimum of the
   underlying smooth curve f(log2 tokens), by test inversion: x is kept if the derivative at x of
   a local quadratic (fitted to the budgets within ~2 doublings of x) is not significantly
@@ -55,16 +56,26 @@ sweeps in each of 24 settings: 4 budgets x 3 or 2 units and 7 budgets x 3 units,
   draws exponents up to 2, so some of its curves break the assumption (coverage ~0.87-0.90 at sd
   0.0005). Coverage above 0.95 at high noise comes from whole-range intervals.
 
-Assumptions: normal errors on the analysed scale with one variance across budgets (pooled; units
-seen at several budgets share an additive unit effect, removed by unit fixed effects); budgets are
-compared on log2(tokens). Non-finite values (a diverged run) are dropped and counted in
-`n_dropped`: that is conservative for a rise at the budgets where runs diverge.
+The unit. Pass one value per pre-training run (a run's inner seeds averaged: they share its
+pre-training randomness and are not independent replicates) with the pre-training seed as `unit`;
+pipeline/analysis/evidence.py does. Counting inner seeds as units made a flat curve with a per-run
+effect look U-shaped in ~30% of sweeps; bench/claims_calibration.py measures the detector on runs
+(false U <= 0.05 in every null scenario there, per-run effects and an sd rising 3x included).
+
+Assumptions: normal errors on the analysed scale; units seen at several budgets share an additive
+unit effect (unit fixed effects). The variance may change with the budget: where the residuals
+leave MIN_DF_VARIANCE or more degrees of freedom, a log-linear variance function of log2 tokens
+(Harvey 1976) is fitted to the first fit's residuals and weights a second fit (one df spent), so a
+noisier end of the sweep is not read as a rise. Budgets are compared on log2(tokens). Non-finite
+values (a diverged run) are dropped and counted in `n_dropped`: that is conservative for a rise at
+the budgets where runs diverge. A constant metric, fewer than 3 budgets or no replication return
+NaN statistics and a `reason`; arrays of different lengths raise a ValueError naming them.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -73,7 +84,7 @@ from scipy import stats
 METHOD = "pairwise IU max-t test + bias-aware local-quadratic test inversion"
 GRID_STEP = 0.005  # doublings between candidate minimum locations
 WINDOW_DOUBLINGS = 2.0  # the local quadratic at x uses the budgets within ~this span of x
-NULL_DRAWS = 100_000
+NULL_DRAWS = 50_000
 
 
 @dataclass(frozen=True)
@@ -97,9 +108,11 @@ class UShape:
     slope_high: float  # best rise pair after it: mean change per doubling (> 0 for a rise)
     p_low: float  # multiplicity-adjusted one-sided p-value of the drop
     p_high: float  # of the rise; p_u = 1 - max(p_low, p_high)
+    rise_se: float  # median se of a difference between two budgets of the upper half
     curvature_rate: float  # r: assumed max change of log2 curvature per doubling
     method: str
     reason: str  # why a field is NaN / open, or "" when everything was computed
+    V: np.ndarray | None = field(default=None, repr=False, compare=False)  # budget effects' covariance / s2
 
 
 def u_shape(
@@ -107,12 +120,18 @@ def u_shape(
 ) -> UShape:
     """Test for a U-shape of `values` against log2(`tokens`) and locate its minimum.
 
-    `unit` is the replicate id of each observation (e.g. the seed); the same unit at several
-    budgets makes the observations paired. Never raises on small data: returns NaN fields and
-    a `reason` instead.
+    `unit` is the replicate id of each observation (the pre-training seed: pass one value per run,
+    inner seeds averaged, since the inner seeds of a run are not independent replicates); the same
+    unit at several budgets makes the observations paired. Arrays of different lengths raise a
+    ValueError naming them; small, constant or non-finite data return NaN fields and a `reason`.
     """
     tokens, values = np.asarray(tokens, float).ravel(), np.asarray(values, float).ravel()
     unit = np.asarray(unit).ravel()
+    if not len(tokens) == len(values) == len(unit):
+        raise ValueError(
+            f"u_shape: tokens, values and unit must have one entry per observation; got "
+            f"{len(tokens)}, {len(values)} and {len(unit)}"
+        )
     keep = np.isfinite(values) & np.isfinite(tokens) & (tokens > 0)
     n_dropped = int((~keep).sum())
     budgets, b_idx = np.unique(tokens[keep], return_inverse=True)
@@ -121,13 +140,15 @@ def u_shape(
     base = dict(level=level, n_budgets=K, n_units=n_units, n_obs=len(y), n_dropped=n_dropped)
     if K < 3:
         return _empty(base, curvature_rate, f"{K} budget(s) with finite values: need at least 3")
-    eff, V, s2, df, paired = _budget_effects(b_idx, u_idx, y, K)
+    if np.ptp(y) <= 1e-12 * max(1.0, float(np.abs(y).max())):
+        return _empty(base, curvature_rate, "the metric is constant: nothing to test")
+    x = np.log2(budgets)
+    eff, V, s2, df, paired = _budget_effects(b_idx, u_idx, y, K, x)
     base.update(paired=paired, df=df, sigma=math.sqrt(s2) if df > 0 else math.nan)
     if df < 1:
         return _empty(base, curvature_rate, "no replication: no residual degrees of freedom")
-    if s2 <= 0:
+    if s2 <= 1e-24 * max(1.0, float(np.abs(y).max())) ** 2:
         return _empty(base, curvature_rate, "replicates are identical: zero residual variance")
-    x = np.log2(budgets)
     test = _pairwise_test(eff, V, s2, df, x)
     est, lo, hi, reason = _min_interval(eff, V, s2, df, x, level, curvature_rate)
     return UShape(
@@ -140,6 +161,7 @@ def u_shape(
         curvature_rate=curvature_rate,
         method=METHOD,
         reason=reason,
+        V=V,
     )
 
 
@@ -161,20 +183,23 @@ def _empty(base: dict, curvature_rate: float, reason: str) -> UShape:
         "slope_high",
         "p_low",
         "p_high",
+        "rise_se",
     )
     fields = dict.fromkeys(statistics, math.nan) | dict(paired=False, df=0, bounded=False) | base
     return UShape(**fields, curvature_rate=curvature_rate, method=METHOD, reason=reason)
 
 
 def _budget_effects(
-    b_idx: np.ndarray, u_idx: np.ndarray, y: np.ndarray, K: int
+    b_idx: np.ndarray, u_idx: np.ndarray, y: np.ndarray, K: int, x: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, float, int, bool]:
-    """Budget effects, their unscaled covariance V, pooled residual variance, df, paired flag.
+    """Budget effects, their unscaled covariance V, residual variance, df, paired flag.
 
     Paired (some unit seen at two or more budgets, and the units connect all budgets): least
     squares with budget and unit fixed effects; only contrasts between budgets are used, so the
     baseline unit does not matter. Otherwise the effects are the budget means, variance pooled
-    within budgets.
+    within budgets. Where the residuals leave enough degrees of freedom (`MIN_DF_VARIANCE`), the
+    variance may change with the budget: a log-linear variance function of log2 tokens (Harvey 1976)
+    weights a second, weighted fit (one df spent), so a noisy end of the sweep is not read as a trend.
     """
     n_u, rows = int(u_idx.max()) + 1, np.arange(len(y))
     X = np.zeros((len(y), K + n_u - 1))
@@ -183,21 +208,61 @@ def _budget_effects(
     repeats = len(np.unique(u_idx * K + b_idx)) > n_u
     paired = bool(repeats and np.linalg.matrix_rank(X) == X.shape[1])
     X = X if paired else X[:, :K]
-    XtX_inv = np.linalg.inv(X.T @ X)
-    coef = XtX_inv @ (X.T @ y)
-    df = len(y) - X.shape[1]
-    resid = y - X @ coef
+    coef, XtX_inv, resid, df = _least_squares(X, y, np.ones(len(y)))
+    if df >= MIN_DF_VARIANCE:
+        z = np.column_stack([np.ones(len(y)), x[b_idx] - x.mean()])
+        g = np.linalg.lstsq(z, np.log(resid**2 + 1e-12 * float(resid @ resid) / len(y) + 1e-300), rcond=None)[
+            0
+        ]
+        coef, XtX_inv, resid, df = _least_squares(X, y, np.exp(-(z[:, 1] * g[1])))
+        df -= 1
     s2 = float(resid @ resid / df) if df > 0 else math.nan
     return coef[:K], XtX_inv[:K, :K], s2, df, paired
 
 
-@lru_cache(maxsize=64)
-def _max_rise_null(m: int, df: int) -> np.ndarray:
-    """Sorted draws of max_{j<k} (Z_k - Z_j) / (sqrt(2) s) for m equal means, s^2 ~ chi2_df / df."""
+MIN_DF_VARIANCE = 6  # residual df from which the variance function is estimated
+
+
+def _least_squares(
+    X: np.ndarray, y: np.ndarray, w: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Weighted least squares: coefficients, (X'WX)^-1, weighted residuals, residual df."""
+    sw = np.sqrt(w)
+    Xw, yw = X * sw[:, None], y * sw
+    XtX_inv = np.linalg.inv(Xw.T @ Xw)
+    coef = XtX_inv @ (Xw.T @ yw)
+    return coef, XtX_inv, yw - Xw @ coef, len(y) - X.shape[1]
+
+
+@lru_cache(maxsize=16)
+def _base_draws(K: int, df: int) -> tuple[np.ndarray, np.ndarray]:
+    """NULL_DRAWS standard normal K-vectors and the matching s / sigma = sqrt(chi2_df / df): common
+    random numbers for every covariance of K budget effects (one seeded simulation per (K, df))."""
     rng = np.random.default_rng(20250131)
-    z = rng.standard_normal((NULL_DRAWS, m))
-    rise = (z[:, 1:] - np.minimum.accumulate(z, axis=1)[:, :-1]).max(axis=1) / math.sqrt(2)
-    return np.sort(rise / np.sqrt(rng.chisquare(df, NULL_DRAWS) / df))
+    return rng.standard_normal((NULL_DRAWS, K)), np.sqrt(rng.chisquare(df, NULL_DRAWS) / df)
+
+
+@lru_cache(maxsize=32)
+def _max_rise_null(V_key: tuple[float, ...], K: int, df: int) -> np.ndarray:
+    """Draws of max_{j<k} (Z_k - Z_j) / sd(Z_k - Z_j) / (s / sigma) for K equal budget means with
+    covariance V (`V_key`: V / its mean diagonal, rounded, flattened), s^2 ~ chi2_df / df: the null law
+    of the largest studentised rise at the design's own covariance (for independent equal-variance
+    means, the one-sided studentised range)."""
+    V = np.array(V_key).reshape(K, K)
+    base, scale = _base_draws(K, df)
+    z = base @ np.linalg.cholesky(V + 1e-12 * np.eye(K)).T
+    j, k = np.triu_indices(K, 1)
+    sd = np.sqrt(V[j, j] + V[k, k] - 2 * V[j, k])
+    rise = np.full(NULL_DRAWS, -np.inf)
+    for jj, kk, s in zip(j, k, sd):
+        np.maximum(rise, (z[:, kk] - z[:, jj]) / s, out=rise)
+    return rise / scale
+
+
+def _null(V: np.ndarray, df: int) -> np.ndarray:
+    """`_max_rise_null` of V, keyed so that designs of the same shape share one simulation."""
+    key = tuple(np.round(V / np.mean(np.diag(V)), 2).ravel())
+    return _max_rise_null(key, len(V), df)
 
 
 def _pairwise_test(eff: np.ndarray, V: np.ndarray, s2: float, df: int, x: np.ndarray) -> dict:
@@ -205,20 +270,38 @@ def _pairwise_test(eff: np.ndarray, V: np.ndarray, s2: float, df: int, x: np.nda
     K = len(eff)
     j, k = np.triu_indices(K, 1)
     diff = eff[k] - eff[j]
-    t = diff / np.sqrt(s2 * (V[j, j] + V[k, k] - 2 * V[j, k]))  # > 0: rise from j to k
+    se = np.sqrt(s2 * (V[j, j] + V[k, k] - 2 * V[j, k]))
+    t = diff / se  # > 0: rise from j to k
     best = (-math.inf, 0, 0)  # (min(drop t, rise t), drop pair, rise pair)
     for s in range(1, K - 1):  # split budget: drops end at or before it, rises start at or after it
         drops, rises = np.where(k <= s)[0], np.where(j >= s)[0]
         d, r = drops[np.argmin(t[drops])], rises[np.argmax(t[rises])]
         if min(-t[d], t[r]) > best[0]:
             best = (min(-t[d], t[r]), d, r)
-    null = _max_rise_null(K - 1, df)
-    p = [1.0 - np.searchsorted(null, tt, side="right") / len(null) for tt in (-t[best[1]], t[best[2]])]
+    null = _null(V, df)
+    p = [np.count_nonzero(null > tt) / len(null) for tt in (-t[best[1]], t[best[2]])]
     slope = diff / (x[k] - x[j])
     low, high = float(slope[best[1]]), float(slope[best[2]])
+    upper = j >= K // 2  # rises within the upper half of the budgets
     return dict(
-        p_u=float(1.0 - max(p)), slope_low=low, slope_high=high, p_low=float(p[0]), p_high=float(p[1])
+        p_u=float(1.0 - max(p)),
+        slope_low=low,
+        slope_high=high,
+        p_low=float(p[0]),
+        p_high=float(p[1]),
+        rise_se=float(np.median(se[upper])),
     )
+
+
+def detectable_rise(fit: UShape, level: float, power: float = 0.8) -> float:
+    """The rise between two budgets of the upper half (in the analysed units, e.g. nats of log
+    perplexity) that the rise side of the test finds at `level` with probability `power`, at the
+    fit's own noise: (null quantile + t_power) x the median se of such a difference. NaN where the
+    test was not computed."""
+    if not math.isfinite(fit.rise_se):
+        return math.nan
+    cv = float(np.quantile(_null(fit.V, fit.df), level)) if fit.V is not None else math.nan
+    return (cv + float(stats.t.ppf(power, fit.df))) * fit.rise_se
 
 
 @lru_cache(maxsize=256)

@@ -1,9 +1,9 @@
-"""Seeds at two levels: the pre-training run (`pretrain_seed`) and, within it, the modification's
-own seed (`seed`: the perturbation's noise, the fine-tuning run's data order). A curve over budgets
-is the mean over pre-training seeds of the mean over the seeds within each; its uncertainty comes
-from a hierarchical bootstrap that resamples pre-training seeds, then the seeds within each
-(Davison & Hinkley 1997, Section 3.8: resampling at both levels of a two-stage design), so an
-interval covers both sources of variation where the study has both, and says so where it has one.
+"""Seeds at two levels: the pre-training run (`pretrain_seed`, one run per budget) and, within it, the
+modification's own seed (`seed`: the perturbation's noise, the fine-tuning run's data order). The
+pre-training run is the unit: a run's inner seeds are averaged first (they share the run's
+pre-training randomness), a curve over budgets is the mean of the runs over pre-training seeds, and
+its band is a t-interval over the seeds (df = seeds - 1; none with one seed, whose runs give no
+run-level spread at a budget). pipeline/analysis/evidence.py has the statistics on the same runs.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 OUTER, INNER = "pretrain_seed", "seed"
 
@@ -43,19 +44,16 @@ def cube_mean(cube: np.ndarray) -> np.ndarray:
         return np.nanmean(np.nanmean(cube, axis=1), axis=0)
 
 
-def unit_values(cube: np.ndarray) -> tuple[np.ndarray, str]:
-    """(units x budgets, what a unit is): the replicates an inferential test treats as independent.
-    With two or more pre-training seeds, each one's mean over its inner seeds; with one, the inner
-    seeds (their spread leaves pre-training variance out, and the name says so)."""
+def run_means(cube: np.ndarray) -> np.ndarray:
+    """(pre-training seeds x budgets): each run's mean over its inner seeds (NaN where it did not run)."""
     with _quiet():
-        if cube.shape[0] >= 2:
-            return np.nanmean(cube, axis=1), OUTER
-        return cube[0], INNER
+        return np.nanmean(cube, axis=1)
 
 
 def bootstrap_means(cube: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """(n, budgets) curve means of `n` hierarchical resamples: pre-training seeds with replacement,
-    then within each drawn one its inner seeds with replacement (a level with one seed stays fixed)."""
+    """(n, budgets) curve means of `n` hierarchical resamples (pre-training seeds, then the inner seeds
+    within each drawn one): only for Definition 4.2's inflection budget in analysis.inflection_table,
+    a figure aid; no claim rests on it (its percentile interval over a few seeds undercovers)."""
     p, s, _ = cube.shape
     outer = rng.integers(0, p, size=(n, p))
     inner = rng.integers(0, s, size=(n, p, s))
@@ -65,12 +63,12 @@ def bootstrap_means(cube: np.ndarray, n: int, rng: np.random.Generator) -> np.nd
 
 
 def seeds_covered(n_outer: int, n_inner: int, inner_name: str) -> str:
-    """What an interval over a cube covers, in words: e.g. '3 pre-training seeds x 2 fine-tuning
-    seeds', or '1 pre-training run, 3 perturbation seeds (pre-training variance not included)'."""
+    """What a band over a cube covers, in words: e.g. 't over 3 pre-training seeds (2 fine-tuning seeds
+    averaged per run)', or '1 pre-training seed: no run-level band (3 perturbation seeds per run)'."""
     inner = f"{n_inner} {inner_name} seed{'s' if n_inner != 1 else ''}"
     if n_outer >= 2:
-        return f"{n_outer} pre-training seeds x {inner}"
-    return f"1 pre-training run, {inner} (pre-training variance not included)"
+        return f"t over {n_outer} pre-training seeds ({inner} averaged per run)"
+    return f"1 pre-training seed: no run-level band ({inner} per run)"
 
 
 @contextlib.contextmanager
@@ -81,20 +79,22 @@ def _quiet() -> Iterator[None]:
         yield
 
 
-def curve_bands(
-    rows: pd.DataFrame, keys: list[str], value: str, n: int, rng: np.random.Generator, level: float = 0.95
-) -> pd.DataFrame:
-    """Per setting (`keys`) and budget: the seed-mean curve of `value` and its `level` percentile
-    band from `n` hierarchical resamples (the band of a setting with one run only is its mean), with
-    how many pre-training seeds and seeds within each it covers."""
+def curve_bands(rows: pd.DataFrame, keys: list[str], value: str, level: float = 0.95) -> pd.DataFrame:
+    """Per setting (`keys`) and budget: the mean of `value` over the runs (each run's inner seeds
+    averaged) and its `level` t-band over the pre-training seeds (NaN with fewer than two), with how
+    many pre-training seeds and seeds within each it covers."""
     out = []
     for key, g in rows.groupby(keys, dropna=False, sort=True):
         budgets, cube, outers, inners = seed_cube(g, value)
-        boots = bootstrap_means(cube, n, rng)
+        runs = run_means(cube)
+        n = np.isfinite(runs).sum(axis=0)
         with _quiet():
-            low, high = np.nanquantile(boots, [(1 - level) / 2, (1 + level) / 2], axis=0)
+            mean = np.nanmean(runs, axis=0)
+            sd = np.nanstd(runs, axis=0, ddof=1)
+        q = stats.t.ppf((1 + level) / 2, np.maximum(n - 1, 1))
+        half = np.where(n >= 2, q * sd / np.sqrt(np.maximum(n, 1)), np.nan)
         key = key if isinstance(key, tuple) else (key,)
-        for b, m, lo, hi in zip(budgets, cube_mean(cube), low, high):
-            out.append({**dict(zip(keys, key)), "budget": b, "mean": m, "low": lo, "high": hi,
+        for b, m, h in zip(budgets, mean, half):
+            out.append({**dict(zip(keys, key)), "budget": b, "mean": m, "low": m - h, "high": m + h,
                         "n_pretrain_seeds": len(outers), "n_seeds": len(inners)})  # fmt: skip
     return pd.DataFrame(out)

@@ -10,7 +10,7 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from pipeline.analysis.inflection import u_shape
-from pipeline.analysis.seeds import bootstrap_means, cube_mean, seed_cube, seeds_covered, unit_values
+from pipeline.analysis.seeds import bootstrap_means, cube_mean, run_means, seed_cube, seeds_covered
 from pipeline.sweeps.lr_search import SELECTIONS, Selection
 from pipeline.sweeps.selection import TUNED_KEYS, selection_scores
 
@@ -115,7 +115,7 @@ def inflection_table(d: pd.DataFrame, n_bootstrap: int, seed: int, ci: float = 0
             if len(found)
             else (math.nan, math.nan)
         )
-        units, unit_kind = unit_values(np.log(cube))
+        units = np.log(run_means(cube))  # the pre-training run is the unit: one value per run
         fit = u_shape(
             np.repeat(budgets[None, :], len(units), axis=0).ravel(),
             units.ravel(),
@@ -142,7 +142,7 @@ def inflection_table(d: pd.DataFrame, n_bootstrap: int, seed: int, ci: float = 0
                 "u_min_low": fit.min_low,
                 "u_min_high": fit.min_high,
                 "u_bounded": fit.bounded,
-                "u_units": unit_kind,
+                "u_units": "pretrain_seed",
                 "u_reason": fit.reason,
             }
         )

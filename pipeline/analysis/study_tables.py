@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline import layout
 from pipeline.analysis.evidence import NoRows
 
 # The files of a study a claim may read (relative to results/<study>/; `make docs` copies them to
@@ -16,6 +17,7 @@ from pipeline.analysis.evidence import NoRows
 TABLES = (
     "metrics.parquet",
     "data/token_coverage.parquet",
+    layout.REFERENCE_PPL,
     "data/corpus_manifest.parquet",
     "analysis/pretrain_runs.parquet",
     "analysis/finetune_tuned.parquet",

@@ -12,6 +12,7 @@ import numpy as np
 import seaborn as sns
 from matplotlib.ticker import FuncFormatter
 
+from pipeline.analysis.evidence import P_U
 from pipeline.analysis.seeds import curve_bands, seeds_covered
 from pipeline.analysis.style import format_tokens, plain_log_ticks, save_figure, set_style
 
@@ -37,18 +38,25 @@ def token_axis(
 def mark_inflections(
     ax: plt.Axes, inflection: pd.DataFrame, curves: pd.DataFrame, hue: str, palette: dict
 ) -> None:
-    """A ★ on each setting's curve at its inflection budget (rows of analysis.inflection_table; curves:
-    seed-mean rows with columns `hue`, budget, mean)."""
+    """Each setting's Definition 4.2 inflection budget on its curve (rows of analysis.inflection_table;
+    curves: rows with columns `hue`, budget, mean): a ★ where the U-shape test clears its level
+    (P(U) > P_U, the claims' rule), elsewhere an open circle labelled with its P(U)."""
     for _, r in inflection[np.isfinite(inflection["inflection_budget"])].iterrows():
         at_inflection = curves[(curves[hue] == r[hue]) & (curves["budget"] == r["inflection_budget"])]
         y = at_inflection["mean" if "mean" in at_inflection else "value"].mean()
-        ax.plot(r["inflection_budget"], y, marker="*", ms=16, color=palette[r[hue]], mec="k", zorder=5)
+        if r["p_u"] > P_U:
+            ax.plot(r["inflection_budget"], y, marker="*", ms=16, color=palette[r[hue]], mec="k", zorder=5)
+            continue
+        ax.plot(r["inflection_budget"], y, marker="o", ms=10, mfc="none", mec=palette[r[hue]], zorder=5)
+        p_u = "–" if not np.isfinite(r["p_u"]) else f"{r['p_u']:.2f}"
+        ax.annotate(f"P(U) {p_u}", (r["inflection_budget"], y), xytext=(4, 6), textcoords="offset points",
+                    fontsize=7, color=palette[r[hue]])  # fmt: skip
 
 
 def band_plot(
     ax: plt.Axes, bands: pd.DataFrame, hue: str, palette: dict, legend: bool, ls: str = "-", suffix: str = ""
 ) -> None:
-    """Each setting's seed-mean curve with its 95% hierarchical bootstrap band (seeds.curve_bands)."""
+    """Each setting's run-mean curve with its 95% t-band over pre-training seeds (seeds.curve_bands)."""
     for h, b in bands.groupby(hue, sort=True):
         b = b.sort_values("budget")
         label = f"{h:g}{suffix}" if legend else None
@@ -57,7 +65,7 @@ def band_plot(
 
 
 def band_note(bands: pd.DataFrame, inner: str) -> str:
-    """What the bands cover, for a legend title: '95% band: 3 pre-training seeds x 3 perturbation seeds'."""
+    """What the bands cover, for a legend title: '95% band: t over 3 pre-training seeds (...)'."""
     return "95% band: " + seeds_covered(
         int(bands["n_pretrain_seeds"].max()), int(bands["n_seeds"].max()), inner
     )
@@ -69,19 +77,16 @@ def plot_progressive_sensitivity(
     inflection: pd.DataFrame,
     stem: str | Path,
     formats: Iterable[str],
-    n_bootstrap: int = 1000,
-    seed: int = 0,
 ) -> list[Path]:
     """Per model row: Δppl, Δ log-ppl and absolute perturbed ppl vs tokens, one line per γ, each the
-    mean over pre-training seeds of the mean over perturbation seeds with a 95% hierarchical bootstrap
-    band (analysis/seeds.py).
+    mean over pre-training seeds of each run's mean over perturbation seeds with a 95% t-band over the
+    pre-training seeds (analysis/seeds.py).
 
     d: output of analysis.deltas for the Gaussian rows; base: the unmodified rows (metric ppl);
     inflection: analysis.inflection_table (its Definition 4.2 point marked as stars on the absolute
     panel).
     """
     set_style()
-    rng = np.random.default_rng(seed)
     models = sorted(d["model"].unique())
     gammas = sorted(d["gamma"].unique())
     palette = dict(zip(gammas, sns.color_palette("viridis", len(gammas))))
@@ -95,11 +100,11 @@ def plot_progressive_sensitivity(
             (row[1], "delta_log", "Δ log-perplexity  ln(perturbed / base)"),
             (row[2], "value", "perplexity after perturbation"),
         ):
-            bands = curve_bands(dm, ["gamma"], col, n_bootstrap, rng)
+            bands = curve_bands(dm, ["gamma"], col)
             band_plot(ax, bands, "gamma", palette, legend=ax is row[2])
             token_axis(ax, ticks=dm["budget"])
             ax.set_ylabel(ylabel)
-        bm = curve_bands(base[base["model"] == model].assign(seed=None), ["model"], "value", n_bootstrap, rng)
+        bm = curve_bands(base[base["model"] == model].assign(seed=None), ["model"], "value")
         row[2].plot(bm["budget"], bm["mean"], "k--", marker="s", label="base (γ = 0)")
         row[2].fill_between(bm["budget"], bm["low"], bm["high"], color="k", alpha=0.1, lw=0)
         row[2].set_yscale("log")

@@ -1,6 +1,8 @@
 """What the model is pre-trained on, measured: the corpus mix (documents, bytes and tokens per source
-and split, each source's share of the training tokens) and the token coverage of the fine-tuning
-tasks (the share of a task's evaluation tokens whose id never occurs as a pre-training target).
+and split, each source's share of the training tokens), the token coverage of the fine-tuning
+tasks (the share of a task's evaluation tokens whose id never occurs as a pre-training target), and
+the held-out split's reference perplexities (a unigram model of the training targets; a uniform
+guess over the vocabulary): what a model that learned only token frequencies, or nothing, scores.
 
 Why the coverage: an id that pre-training never predicts only has its logit pushed down, so a task
 made of such ids starts far worse than a uniform guess and fine-tuning mostly un-suppresses them; a
@@ -40,22 +42,27 @@ def corpus_manifest(corpus: pd.DataFrame, n_tokens: Sequence[int], kinds: Mappin
     return out
 
 
-def seen_targets(tokens: Any, chunk: int = 2**24, log_every_s: float = 30.0) -> np.ndarray:
-    """Which ids occur as a pre-training target in `tokens` (every position after the first; anything
-    with `len` and slices: a token array, or the shards' TokenStream), read `chunk` ids at a time, so
-    a sweep's shards of any size are scanned in constant memory; progress logged every `log_every_s`."""
-    seen = np.zeros(0, dtype=bool)
+def target_counts(tokens: Any, chunk: int = 2**24, log_every_s: float = 30.0) -> np.ndarray:
+    """How often each id occurs as a pre-training target in `tokens` (every position after the first;
+    anything with `len` and slices: a token array, or the shards' TokenStream), read `chunk` ids at a
+    time, so a sweep's shards of any size are scanned in constant memory; progress logged every
+    `log_every_s`."""
+    counts = np.zeros(0, dtype=np.int64)
     total, t0, last = len(tokens), time.monotonic(), time.monotonic()
     for start in range(1, total, chunk):
         ids = np.asarray(tokens[start : start + chunk], dtype=np.int64)
-        if ids.size and ids.max() >= len(seen):
-            seen = np.concatenate([seen, np.zeros(int(ids.max()) + 1 - len(seen), dtype=bool)])
-        seen[ids] = True
+        add = np.bincount(ids, minlength=len(counts))
+        counts = np.concatenate([counts, np.zeros(len(add) - len(counts), dtype=np.int64)]) + add
         if time.monotonic() - last > log_every_s:
             last, done = time.monotonic(), start + len(ids)
             rate = done / (last - t0)
             log.info("read %d of %d tokens (%.0f tok/s, ETA %.0fs)", done, total, rate, (total - done) / rate)
-    return seen
+    return counts
+
+
+def seen_targets(tokens: Any, chunk: int = 2**24) -> np.ndarray:
+    """Which ids occur as a pre-training target in `tokens` (`target_counts` > 0)."""
+    return target_counts(tokens, chunk) > 0
 
 
 def token_coverage(seen: np.ndarray, task_tokens: Mapping[tuple[str, str], Sequence[int]]) -> pd.DataFrame:
@@ -78,3 +85,16 @@ def token_coverage(seen: np.ndarray, task_tokens: Mapping[tuple[str, str], Seque
             }
         )
     return pd.DataFrame(rows)
+
+
+def reference_perplexity(counts: np.ndarray, heldout: np.ndarray, vocab_size: int) -> dict[str, float]:
+    """The perplexity on the held-out target ids `heldout` of the add-one-smoothed unigram model of the
+    training targets (`target_counts`) over `vocab_size` ids, and of a uniform guess (= vocab_size).
+    A fine-tuned model whose pre-training perplexity exceeds the unigram's has forgotten more than
+    all of pre-training's context: pipeline/analysis/claims.py leaves such rates out of the U claims."""
+    counts = np.concatenate([counts, np.zeros(max(vocab_size - len(counts), 0), dtype=np.int64)])[:vocab_size]
+    log_p = np.log(counts + 1.0) - np.log(counts.sum() + vocab_size)
+    ids = np.asarray(heldout, dtype=np.int64)
+    if not len(ids) or ids.max() >= vocab_size:
+        raise ValueError(f"held-out ids must be non-empty and below the vocabulary size {vocab_size}")
+    return {"unigram_ppl": float(np.exp(-log_p[ids].mean())), "uniform_ppl": float(vocab_size)}

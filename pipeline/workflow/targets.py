@@ -305,6 +305,7 @@ def findings_inputs(config: dict, checkpoints: Checkpoints) -> list[str]:
     out += [path(config, layout.FINETUNE_TUNED)] if finetune_enabled(config) else []
     if pretrain_dirs(config, checkpoints):
         out += [path(config, layout.PRETRAIN_RUNS), path(config, layout.CORPUS_MANIFEST)]
+        out += [path(config, layout.REFERENCE_PPL)]
         out += [path(config, layout.TOKEN_COVERAGE)] if coverage_task_tables(config) else []
     out += [path(config, layout.VLM_DATA)] if vlm_tasks(config) else []
     return out + (

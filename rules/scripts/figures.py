@@ -22,7 +22,5 @@ plot_progressive_sensitivity(
     infl,
     Path(snakemake.output.progressive_sensitivity[0]).with_suffix(""),
     formats,
-    n_bootstrap=snakemake.config["analysis"]["bootstrap"],
-    seed=snakemake.config["analysis"]["seed"],
 )
 plot_inflection(infl, Path(snakemake.output.inflection_point[0]).with_suffix(""), formats)

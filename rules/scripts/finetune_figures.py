@@ -21,8 +21,6 @@ plot_fixed_lr(
     Path(out.finetune_fixed_lr[0]).with_suffix(""),
     formats,
     snakemake.params.max_pretrain_ppl,
-    n_bootstrap=snakemake.config["analysis"]["bootstrap"],
-    seed=snakemake.config["analysis"]["seed"],
 )
 plot_tuned(
     pd.read_parquet(snakemake.input.tuned),

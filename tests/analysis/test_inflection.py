@@ -54,7 +54,7 @@ def test_power_law_flattening_is_not_a_u_though_a_quadratic_says_so():
 def test_strictly_increasing_is_not_a_u():
     f = u_shape(*sweep(lambda x: 5.0 + 0.1 * 2**x))
     assert f.p_u < 0.5
-    assert f.min_low == 0.0 and f.min_high <= 1e6 * 1.01  # minimum at or below the smallest budget
+    assert f.min_low == 0.0 and f.min_high <= 1e6 * 1.02  # minimum at or below the smallest budget
 
 
 @pytest.mark.parametrize(
@@ -81,7 +81,9 @@ def test_too_little_data_returns_a_reason(tokens, values, unit, why):
 def test_paired_units_remove_a_shared_offset():
     tokens, y, unit = sweep(u_curve, sd=0.01, paired=True, offset=0.5)
     paired = u_shape(tokens, y, unit)
-    assert paired.paired and paired.df == (4 - 1) * (3 - 1) and paired.n_units == 3
+    assert (
+        paired.paired and paired.df == (4 - 1) * (3 - 1) - 1 and paired.n_units == 3
+    )  # 1 df: the variance function
     assert paired.p_u > 0.95 and paired.min_low <= 2**1.3 * 1e6 <= paired.min_high
     assert paired.sigma < 0.03  # the offset (sd 0.5) is not in the residual
     as_if_independent = u_shape(tokens, y, np.arange(len(y)))
@@ -110,3 +112,25 @@ def test_false_u_rate_at_the_least_favourable_monotone_curve():
     mu = np.repeat([10.0, 0.0, 0.0, 0.0], 3)
     false_u = np.mean([u_shape(tokens, mu + rng.normal(size=12), unit).p_u > 0.95 for _ in range(1000)])
     assert 0.025 < false_u < 0.075
+
+
+def test_bad_input_is_a_message_or_a_reason_never_a_traceback():
+    with pytest.raises(ValueError, match="tokens, values and unit"):
+        u_shape(np.ones(6), np.ones(5), np.arange(6))
+    tokens, y, unit = sweep(u_curve)
+    constant = u_shape(tokens, np.full_like(y, 3.0), unit)
+    assert np.isnan(constant.p_u) and "constant" in constant.reason
+    y[::4] = np.nan
+    assert u_shape(tokens, y, unit).n_dropped == 3
+
+
+def test_a_noisier_end_of_the_sweep_is_not_read_as_a_rise():
+    """Drop then flat, noise sd 3x larger at the largest budget: the variance function keeps the
+    false-U rate near alpha (it was ~0.09 with one pooled variance)."""
+    rng = np.random.default_rng(2)
+    x = np.arange(7) / 2
+    tokens, unit = np.tile(1e6 * 2.0**x, 3), np.repeat(np.arange(3), 7)
+    mu = np.tile(0.4 * 2 ** (-2.5 * x), 3)
+    sd = np.tile(1 + 2 * x / x[-1], 3) * 0.03
+    false_u = np.mean([u_shape(tokens, mu + rng.normal(0, sd), unit).p_u > 0.95 for _ in range(300)])
+    assert false_u <= 0.07

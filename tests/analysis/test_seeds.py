@@ -1,19 +1,13 @@
-"""Two-level seeds: the cube of a setting's rows, its mean, the hierarchical bootstrap, the bands."""
+"""Two-level seeds: the cube of a setting's rows, its run means (the unit), and the t-bands over
+pre-training seeds."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pytest
+from scipy import stats
 
-from pipeline.analysis.seeds import (
-    bootstrap_means,
-    cube_mean,
-    curve_bands,
-    seed_cube,
-    seeds_covered,
-    unit_values,
-)
+from pipeline.analysis.seeds import cube_mean, curve_bands, run_means, seed_cube, seeds_covered
 
 
 def rows(pretrain_effect: float, seed_effect: float) -> pd.DataFrame:
@@ -35,31 +29,27 @@ def test_the_cube_and_its_mean_weigh_each_pretraining_seed_equally():
     assert np.isnan(cube[2, 1]).all()
     # mean over pre-training seeds of the mean within each: (0.05 + 1.05 + 2.0) / 3 above the budget
     np.testing.assert_allclose(cube_mean(cube), budgets + (0.05 + 1.05 + 2.0) / 3)
-    units, kind = unit_values(cube)
-    assert kind == "pretrain_seed" and units.shape == (3, 3)
+    runs = run_means(cube)  # one value per run: its inner seeds averaged
+    np.testing.assert_allclose(runs[:, 0], [1.05, 2.05, 3.0])
 
 
-def test_null_seeds_are_one_seed_and_one_run_has_inner_units():
+def test_null_seeds_are_one_seed_and_one_run():
     r = rows(0.0, 0.5).query("pretrain_seed == 0").assign(pretrain_seed=None)
     _, cube, outers, _ = seed_cube(r, "value")
-    assert cube.shape == (1, 2, 3)
-    units, kind = unit_values(cube)
-    assert kind == "seed" and units.shape == (2, 3)
+    assert cube.shape == (1, 2, 3) and run_means(cube).shape == (1, 3)
 
 
-@pytest.mark.parametrize("pretrain_effect, seed_effect", [(1.0, 0.0), (0.0, 1.0)])
-def test_the_bootstrap_resamples_both_levels(pretrain_effect, seed_effect):
-    """Variation at either level alone widens the resampled means: both levels are resampled."""
-    _, cube, _, _ = seed_cube(rows(pretrain_effect, seed_effect), "value")
-    boots = bootstrap_means(cube, 2000, np.random.default_rng(0))
-    assert boots.shape == (2000, 3) and boots.std(axis=0).min() > 0.05
-    np.testing.assert_allclose(boots.mean(axis=0), cube_mean(cube), atol=0.05)
-
-
-def test_bands_and_what_they_cover():
+def test_bands_are_t_intervals_over_pretraining_seeds_and_none_with_one():
     r = rows(1.0, 0.2).assign(setting="a")
-    bands = curve_bands(r, ["setting"], "value", 500, np.random.default_rng(0))
-    assert (bands["low"] < bands["mean"]).all() and (bands["mean"] < bands["high"]).all()
+    bands = curve_bands(r, ["setting"], "value")
+    # run means at a budget: b + 0.1, b + 1.1, b + 2.1: sd 1, t(2) half-width 4.303 / sqrt(3)
+    half = stats.t.ppf(0.975, 2) / np.sqrt(3)
+    np.testing.assert_allclose(bands["high"] - bands["mean"], half)
     assert set(bands[["n_pretrain_seeds", "n_seeds"]].itertuples(index=False, name=None)) == {(3, 2)}
-    assert seeds_covered(3, 2, "fine-tuning") == "3 pre-training seeds x 2 fine-tuning seeds"
-    assert "not included" in seeds_covered(1, 3, "perturbation")
+    one = curve_bands(r.query("pretrain_seed == 0"), ["setting"], "value")
+    assert one["low"].isna().all() and one["mean"].notna().all()
+    assert (
+        seeds_covered(3, 2, "fine-tuning")
+        == "t over 3 pre-training seeds (2 fine-tuning seeds averaged per run)"
+    )
+    assert "no run-level band" in seeds_covered(1, 3, "perturbation")

@@ -149,3 +149,22 @@ def test_token_coverage_scans_the_shards_in_chunks_as_it_would_the_array(tokens,
     beyond = len(seen) + 5
     table = token_coverage(seen, {("t", "test"): [int(tokens[1]), beyond, beyond]})
     assert table[["tokens", "unseen_tokens", "unseen_ids"]].values.tolist() == [[3, 2, 1]]
+
+
+def test_reference_perplexities_count_targets_across_chunks(tokens, tmp_path):
+    """Rule reference_ppl: the targets counted a chunk at a time across shards are the array's
+    counts; the unigram model's perplexity is exp of the mean add-one log loss, and never above a
+    uniform guess on text that follows the training frequencies."""
+    from pipeline.data.manifest import reference_perplexity, target_counts
+
+    stream = TokenStream.of_shards(ShardSet(tuple(write_shards(tokens, tmp_path / "c4")), "uint16"))
+    counts = target_counts(stream, chunk=1000)
+    np.testing.assert_array_equal(counts, np.bincount(tokens[1:].astype(np.int64)))
+    vocab = int(tokens.max()) + 10
+    heldout = tokens[1:500]
+    ref = reference_perplexity(counts, heldout, vocab)
+    p = (np.concatenate([counts, np.zeros(vocab - len(counts))]) + 1) / (counts.sum() + vocab)
+    assert ref["unigram_ppl"] == pytest.approx(float(np.exp(-np.log(p[heldout.astype(int)]).mean())))
+    assert ref["unigram_ppl"] < ref["uniform_ppl"] == vocab
+    with pytest.raises(ValueError, match="vocabulary size"):
+        reference_perplexity(counts, np.array([vocab]), vocab)

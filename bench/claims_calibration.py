@@ -1,0 +1,288 @@
+"""Calibration of every claim statistic (pipeline/analysis/evidence.py) on simulated sweeps with the
+studies' own noise structure: does each "95%" interval cover its truth 95% of the time, and how often
+does a rule say "supported" when the claim is false?
+
+A sweep is a cube y[p, s, k] on the analysed scale (log perplexity) of pre-training seed p, inner
+seed s (perturbation or fine-tuning) and budget k, x = log2(tokens / smallest):
+
+    y = f(x_k) + a_p + b_p (x_k - mean x) + e_pk h(x_k) + u_psk
+
+with a seed offset a_p (sd SEED_SD), a random slope b_p (sd TAU, trend scenarios only), a run effect
+e_pk (sd the study's run-level sd; each budget of a seed is its own run) and inner-seed noise u_psk
+(sd INNER_SD). h = 1, or rising linearly in x to 3 at the largest budget ("sd x3"). The statistics
+see the cube exactly as a claim does: each run's inner seeds averaged, then run_slope / u_runs /
+mean_difference / rank_correlation, the very functions the claims call.
+
+Designs: the evidence study (3 pre-training seeds x 7 budgets 0.5-4M, sqrt(2) apart, 3 inner
+seeds), the registered evidence design (5 seeds x 7 budgets 1-8M), and the default study (1 seed x 4
+budgets 2x apart: a trend only; a U is not computed there).
+
+Printed per scenario: the coverage of the 95% interval of the estimand (a trend: the least-squares
+slope of the mean curve over the grid plus the mean random slope; a U's minimum: x* of the smooth
+truth, among sweeps where P(U) clears 0.95 and the interval is bounded, as the claims print it), the
+rate of a false "supported" (null scenarios) or the power (effects). The last line reads
+`coverage_min <x> coverage_max <y> false_max <z>` over every coverage and every null scenario.
+
+The run-level noise defaults to the evidence study's reference tables (docs/reference/evidence):
+the pooled residual sd of its runs' log perplexity about seed + budget effects, printed first.
+
+Usage: .venv/bin/python bench/claims_calibration.py [--sweeps 2000] [--u-sweeps 500] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.analysis.evidence import (
+    LEVEL,
+    P_U,
+    SUPPORTED,
+    mean_difference,
+    rank_correlation,
+    run_slope,
+    t_interval,
+    u_runs,
+)
+from pipeline.analysis.seeds import run_means
+
+REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "evidence" / "metrics.parquet"
+SEED_SD, TAU, INNER_SD = 0.05, 0.02, 0.02
+
+
+@dataclass(frozen=True)
+class Design:
+    seeds: int
+    budgets: np.ndarray  # x = log2(tokens / smallest)
+    inner: int
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return 5e5 * 2.0**self.budgets
+
+
+DESIGNS = {
+    "evidence 3x7": Design(3, np.arange(7) / 2, 3),
+    "registered 5x7": Design(5, np.arange(7) / 2, 2),
+    "default 1x4": Design(1, np.arange(4.0), 3),
+}
+
+
+def reference_run_sd(path: Path = REFERENCE) -> float:
+    """The evidence study's pooled run-level residual sd of log pre-training perplexity after
+    fine-tuning and perturbation (seed + budget effects removed), or 0.03 without its tables."""
+    if not path.is_file():
+        return 0.03
+    import pandas as pd
+
+    m = pd.read_parquet(path)
+    m = m[(m["eval_data"] == "pretrain") & (m["metric"] == "ppl") & (m["modification"] != "none")]
+    keys = ["modification", "task", "learning_rate", "gamma"]
+    ss, df = 0.0, 0
+    for _, g in m.groupby(keys, dropna=False):
+        runs = np.log(g.groupby(["pretrain_seed", "budget"])["value"].mean().unstack()).to_numpy()
+        if runs.shape[0] < 2 or runs.shape[1] < 3 or not np.isfinite(runs).all():
+            continue
+        res = runs - runs.mean(0) - runs.mean(1, keepdims=True) + runs.mean()
+        ss, df = ss + float((res**2).sum()), df + (runs.shape[0] - 1) * (runs.shape[1] - 1)
+    return math.sqrt(ss / df) if df else 0.03
+
+
+def simulate(
+    rng: np.random.Generator, d: Design, f: np.ndarray, run_sd: float, hetero: bool, tau: float, n: int
+) -> np.ndarray:
+    """n cubes (n, seeds, inner, budgets) of the model in the module docstring."""
+    x = d.budgets
+    h = 1 + 2 * (x - x[0]) / (x[-1] - x[0]) if hetero else np.ones_like(x)
+    P, S, K = d.seeds, d.inner, len(x)
+    a = rng.normal(0, SEED_SD, (n, P, 1, 1))
+    b = rng.normal(0, tau, (n, P, 1, 1)) * (x - x.mean())
+    e = rng.normal(0, run_sd, (n, P, 1, K)) * h
+    u = rng.normal(0, INNER_SD, (n, P, S, K))
+    return f + a + b + e + u
+
+
+# --- truths on the grid x ---------------------------------------------------------------------------
+
+
+def linear(slope: float) -> Callable[[np.ndarray], np.ndarray]:
+    return lambda x: slope * x
+
+
+def saturating(x: np.ndarray) -> np.ndarray:
+    """A monotone power law flattening out (the base model's loss)."""
+    return 0.5 * 2 ** (-0.7 * x)
+
+
+def drop_plateau(x: np.ndarray) -> np.ndarray:
+    """A steep drop, then flat (fine-tuning curves past their turn, within the noise)."""
+    return 0.4 * 2 ** (-2.5 * x)
+
+
+def piecewise(x: np.ndarray) -> np.ndarray:
+    """A tuned-rate curve: falling while the best rate is the larger one, then a step down where the
+    tuned rate switches and flat after it (the detector's smoothness bound does not hold)."""
+    return np.where(x < 1.5, 0.3 - 0.12 * x, 0.06)
+
+
+def flat(x: np.ndarray) -> np.ndarray:
+    return np.zeros_like(x)
+
+
+def u_curve(
+    where: float, alpha: float = 1.0, beta: float = 1.0, depth: float = 0.1
+) -> tuple[Callable[[np.ndarray], np.ndarray], float]:
+    """A smooth U in log2 tokens, 2^(-alpha (x - x*)) / alpha + 2^(beta (x - x*)) / beta (the falling
+    and rising arms' exponents), with its minimum x* at the share `where` of the grid's range and its
+    shorter arm rising `depth` (nats) from the minimum to the grid's edge: (f, where)."""
+
+    def f(x: np.ndarray) -> np.ndarray:
+        xs = x[0] + where * (x[-1] - x[0])
+        g = 2 ** (-alpha * (x - xs)) / alpha + 2 ** (beta * (x - xs)) / beta - (1 / alpha + 1 / beta)
+        return depth * g / min(g[0], g[-1])
+
+    return f, where
+
+
+U_SHAPES = {  # label: (where, alpha, beta)
+    "U, minimum low, slow rise": (0.25, 1.5, 0.7),
+    "U, minimum mid": (0.5, 1.0, 1.0),
+    "U, minimum mid, steep": (0.5, 2.0, 2.0),
+    "U, minimum high, fast rise": (0.75, 0.7, 1.5),
+}
+
+
+def ls_slope(x: np.ndarray, f: np.ndarray) -> float:
+    xc = x - x.mean()
+    return float(xc @ f / (xc @ xc))
+
+
+# --- the statistics' calibration --------------------------------------------------------------------
+
+
+MIN_PRINTED = 20  # a minimum interval's coverage is reported from this many printed intervals
+
+
+def row(stat: str, scenario: str, coverage: float, supported: float, null: bool) -> dict:
+    """One scenario's figures: coverage, and the rate of "supported" as a false rate (a null truth)
+    or as power (an effect)."""
+    return dict(stat=stat, scenario=scenario, coverage=coverage,
+                false=supported if null else math.nan, power=math.nan if null else supported)  # fmt: skip
+
+
+def trend_row(rng, d: Design, name: str, f, run_sd: float, hetero: bool, tau: float, n: int) -> dict:
+    """Coverage of the run-level slope's t-interval, and (for a zero truth) its false-supported rate
+    for a claimed rise."""
+    x = d.budgets
+    fx = f(x)
+    truth = ls_slope(x, fx)
+    cubes = simulate(rng, d, fx, run_sd, hetero, tau, n)
+    covered = supported = 0
+    for cube in cubes:
+        point, se, df, _ = run_slope(x, run_means(cube))
+        low, high = t_interval(point, se, df)
+        covered += low <= truth <= high
+        supported += low > 0
+    return row("trend slope", name, covered / n, supported / n, null=truth <= 0)
+
+
+def paired_row(rng, units: int, delta: float, run_sd: float, n: int) -> dict:
+    """A paired difference over `units` runs, each the mean of 3 inner-seed differences plus a run effect."""
+    diffs = delta + rng.normal(0, run_sd, (n, units)) + rng.normal(0, INNER_SD, (n, units, 3)).mean(axis=2)
+    covered = supported = 0
+    for dd in diffs:
+        e = mean_difference(dd, "", +1, "", True)
+        covered += e.low <= delta <= e.high
+        supported += e.verdict == SUPPORTED
+    return row(
+        "paired difference", f"{units} runs, δ = {delta:g}", covered / n, supported / n, null=delta == 0
+    )
+
+
+def rank_row(rng, pairs: int, rho: float, n: int) -> dict:
+    """Spearman's ρ over `pairs` runs from a bivariate normal with correlation rho; the estimand is the
+    population Spearman correlation (6 / pi) asin(rho / 2)."""
+    truth = 6 / math.pi * math.asin(rho / 2)
+    cov = [[1, rho], [rho, 1]]
+    covered = supported = 0
+    for _ in range(n):
+        xy = rng.multivariate_normal([0, 0], cov, pairs)
+        e = rank_correlation(xy[:, 0], xy[:, 1], "", +1, "", True)
+        covered += e.low <= truth <= e.high
+        supported += e.verdict == SUPPORTED
+    return row("rank correlation", f"{pairs} runs, ρ = {rho:g}", covered / n, supported / n, null=rho == 0)
+
+
+def u_row(rng, d: Design, name: str, f, xstar: float | None, run_sd: float, hetero: bool, n: int) -> dict:
+    """The detector on the runs: false U (no interior minimum) or power, and for a U the coverage of
+    the minimum's interval where the claims print it (P(U) > P_U, bounded)."""
+    x = d.budgets
+    cubes = simulate(rng, d, f(x), run_sd, hetero, 0.0, n)
+    found = printed = covered = 0
+    truth = None if xstar is None else float(d.tokens[0] * 2 ** (x[0] + xstar * (x[-1] - x[0])))
+    for cube in cubes:
+        fit = u_runs(d.tokens, run_means(cube))
+        if not fit.p_u > P_U:
+            continue
+        found += 1
+        if truth is not None and fit.bounded:
+            printed += 1
+            covered += fit.min_low <= truth <= fit.min_high
+    coverage = covered / printed if printed >= MIN_PRINTED else math.nan
+    return row("U detector", name, coverage, found / n, null=xstar is None) | {"printed": printed}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sweeps", type=int, default=2000, help="sweeps per trend / paired / rank scenario")
+    ap.add_argument("--u-sweeps", type=int, default=500, help="sweeps per U-detector scenario")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    rng = np.random.default_rng(args.seed)
+    run_sd = reference_run_sd()
+    print(f"run-level sd {run_sd:.4f} (evidence study's reference tables); inner sd {INNER_SD}, "
+          f"seed offset sd {SEED_SD}, random slope sd {TAU}; nominal level {LEVEL}")  # fmt: skip
+    t0 = time.perf_counter()
+    rows = []
+    for dname, d in DESIGNS.items():
+        for hetero in (False, True):
+            tag = f"{dname}{', sd x3' if hetero else ''}"
+            tau = TAU if d.seeds >= 2 else 0.0  # one seed: a random slope is not identifiable
+            for name, f in (("flat", flat), ("slope 0.1", linear(0.1)), ("saturating", saturating)):
+                rows.append(trend_row(rng, d, f"{tag}: {name}", f, run_sd, hetero, tau, args.sweeps))
+    for units in (3, 5, 8):
+        for delta in (0.0, 0.05):
+            rows.append(paired_row(rng, units, delta, run_sd, args.sweeps))
+    for rho in (0.0, 0.5):
+        rows.append(rank_row(rng, 21, rho, args.sweeps // 2))
+    for dname in ("evidence 3x7", "registered 5x7"):
+        d = DESIGNS[dname]
+        for hetero in (False, True):
+            tag = f"{dname}{', sd x3' if hetero else ''}"
+            for name, f in (("flat", flat), ("drop-plateau", drop_plateau), ("saturating", saturating),
+                            ("piecewise tuned", piecewise)):  # fmt: skip
+                rows.append(u_row(rng, d, f"{tag}: {name}", f, None, run_sd, hetero, args.u_sweeps))
+            for label, shape in U_SHAPES.items():
+                f, xs = u_curve(*shape)
+                rows.append(u_row(rng, d, f"{tag}: {label}", f, xs, run_sd, hetero, args.u_sweeps))
+    print(f"{'statistic':<18} {'scenario':<44} {'coverage':>8} {'false':>6} {'power':>6}")
+    for r in rows:
+        cells = [("–" if not math.isfinite(r[k]) else f"{r[k]:.3f}") for k in ("coverage", "false", "power")]
+        extra = (
+            f"  (minimum printed in {r['printed']})" if "printed" in r and r["power"] == r["power"] else ""
+        )
+        print(f"{r['stat']:<18} {r['scenario']:<44} {cells[0]:>8} {cells[1]:>6} {cells[2]:>6}{extra}")
+    cov = [r["coverage"] for r in rows if math.isfinite(r["coverage"])]
+    false = [r["false"] for r in rows if math.isfinite(r["false"])]
+    print(f"{len(rows)} scenarios in {time.perf_counter() - t0:.0f} s")
+    print(f"coverage_min {min(cov):.3f} coverage_max {max(cov):.3f} false_max {max(false):.3f}")
+
+
+if __name__ == "__main__":
+    main()
