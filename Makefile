@@ -54,7 +54,7 @@ smoke: setup
 # docs/findings.md and the README's claims table from the finished studies (those of DOCS_STUDIES that
 # exist): the tables the registered claims read go to docs/reference/<study>/, which a test renders
 # and compares with the committed pages (pipeline/analysis/findings.py).
-DOCS_STUDIES ?= results/evidence results/wsd results/default results/lora results/linearization results/vlm-demo
+DOCS_STUDIES ?= results/evidence results/pilot results/wsd results/default results/lora results/linearization results/vlm-demo
 docs: setup
 	$(PY) -m pipeline.analysis.findings $(wildcard $(DOCS_STUDIES))
 

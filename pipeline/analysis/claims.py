@@ -371,7 +371,7 @@ CLAIMS: list[Claim] = [
         "sharpness-grows",
         "Progressive sharpening",
         "Linearization and the NTK",
-        "evidence",
+        "pilot",
         "Progressive sharpening: the trace of the pre-training loss's Hessian grows with tokens "
         "(Appendix D).",
         "Hutchinson's tr(H) on 512 held-out tokens against tokens",
@@ -384,7 +384,7 @@ CLAIMS: list[Claim] = [
         "kappa-in-domain",
         "NTK conditioning predicts in-domain performance",
         "Linearization and the NTK",
-        "evidence",
+        "pilot",
         "A worse-conditioned NTK goes with worse fine-tuning: across checkpoints, κ of the task's "
         "empirical NTK rises with the in-domain test perplexity at the tuned learning rate "
         '("Linearization explains fine-tuning", Theorem 5).',
@@ -400,7 +400,7 @@ CLAIMS: list[Claim] = [
         "kappa-forgetting",
         "NTK conditioning predicts forgetting",
         "Linearization and the NTK",
-        "evidence",
+        "pilot",
         "A worse-conditioned NTK goes with more forgetting: across checkpoints, κ rises with the "
         "Δ log pre-training perplexity at the tuned learning rate.",
         "log κ against Δ log pre-training perplexity (fine-tuned / base) at the tuned rate, per task",

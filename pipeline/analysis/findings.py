@@ -37,11 +37,9 @@ DOC_FIGURES = {
         "finetune_tuned",
         "finetune_distance",
         "pretrain_loss",
-        "curvature_gaussian",
-        "sharpness",
         "linearization_gap_tokens",
-        "ntk_outcome",
     ],
+    "pilot": ["curvature_gaussian", "sharpness", "ntk_outcome"],
     "default": ["theory_perturbation", "transfer_overtraining"],
     "vlm-demo": ["vlm_benchmarks"],
 }
@@ -49,6 +47,7 @@ NOTE = "<!-- rendered by `make docs` (pipeline/analysis/findings.py) from docs/r
 # how to produce each study's tables
 RUN = {
     "evidence": "make evidence",
+    "pilot": "snakemake --cores all --configfile config/pilot.yaml",
     "wsd": "make wsd",
     "default": "make study",
     "lora": "snakemake --cores all --configfile config/lora.yaml",
