@@ -13,13 +13,8 @@ import pandas as pd
 
 from pipeline import layout
 from pipeline.analysis.evidence import (
-    CONTRADICTED,
-    NOT_ESTABLISHED,
     ONE_RUN,
-    P_U,
-    SUPPORTED,
     Estimate,
-    NoRows,
     mean_difference,
     not_computed,
     rank_correlation,
@@ -29,6 +24,7 @@ from pipeline.analysis.evidence import (
     ushape,
 )
 from pipeline.analysis.stats import deltas, fixed_rate_runs, tuned_table
+from pipeline.analysis.verdicts import CONTRADICTED, NOT_ESTABLISHED, P_U, SUPPORTED, NoRows
 from pipeline.multimodal.config import VLM_TASKS
 
 if TYPE_CHECKING:
@@ -63,8 +59,8 @@ def _tuned(t: StudyTables, method: str = "sft") -> pd.DataFrame:
     """Every metric of `method` at each checkpoint's tuned learning rate, one row per (checkpoint,
     metric) with its seed mean: the study's own table (analysis/finetune_tuned.parquet, chosen by its
     finetune.select_metric), else stats.tuned_table's default choice (in-domain validation ppl)."""
-    if (t.root / "analysis/finetune_tuned.parquet").is_file():
-        tuned = t.table("analysis/finetune_tuned.parquet")
+    if t.has(layout.FINETUNE_TUNED):
+        tuned = t.table(layout.FINETUNE_TUNED)
     else:
         tuned = tuned_table(t.metrics(f"fine-tuning runs of {method}", modification=("none", method)))
     tuned = tuned[tuned["modification"] == method]
@@ -246,7 +242,7 @@ def _check(label: str, value: float, ok: bool, n: str, note: str = "") -> Estima
 
 
 def tokens_covered(t: StudyTables) -> list[Estimate]:
-    cov = t.table("data/token_coverage.parquet")
+    cov = t.table(layout.TOKEN_COVERAGE)
     return [
         _check(
             f"{r.task}/{r.split}",
@@ -260,7 +256,7 @@ def tokens_covered(t: StudyTables) -> list[Estimate]:
 
 
 def no_repeated_data(t: StudyTables) -> list[Estimate]:
-    runs = t.table("analysis/pretrain_runs.parquet")
+    runs = t.table(layout.PRETRAIN_RUNS)
     top = runs.loc[runs["epochs"].idxmax()]
     return [
         _check(
@@ -274,7 +270,7 @@ def no_repeated_data(t: StudyTables) -> list[Estimate]:
 
 
 def tasks_start_below_uniform(t: StudyTables) -> list[Estimate]:
-    runs = t.table("analysis/pretrain_runs.parquet")
+    runs = t.table(layout.PRETRAIN_RUNS)
     if "vocab_size" not in runs or runs["vocab_size"].isna().all():
         raise NoRows(f"no rows for the vocabulary size (pre-training runs) of study {t.study!r}")
     vocab = float(runs["vocab_size"].max())
@@ -424,9 +420,7 @@ def vlm_above_chance(t: StudyTables, level: str = "best") -> list[Estimate]:
     """Per LLaVA task: each run's (checkpoint's) tuned VLM score, its stage-2 seeds averaged, minus the
     `level` blind baseline of the study's evaluation sets (data/vlm/data.json's `chance`: the best
     of the blind guessers by default)."""
-    path = t.root / "data/vlm/data.json"
-    if not path.is_file():
-        raise NoRows(f"no rows for data/vlm/data.json of study {t.study!r}")
+    path = t.path(layout.VLM_DATA)
     chance = json.loads(path.read_text()).get("chance") or {}
     if level not in chance or "vlm_score" not in chance[level]:
         raise NoRows(f"no rows for the {level} chance score in data/vlm/data.json of study {t.study!r}")
@@ -465,7 +459,7 @@ def vlm_forgetting_grows(t: StudyTables) -> list[Estimate]:
 def theory_inflection(t: StudyTables) -> list[Estimate]:
     """Per (spectrum or task, γ or λ): the share of seeds whose closed-form inflection of the real
     initialisation equals Proposition 4.3's / Theorem 4.7's prediction."""
-    m = t.table("theory/metrics.parquet")
+    m = t.table(layout.THEORY_METRICS)
     keys = ["checkpoint", "task", "modification", "gamma", "lambda_reg"]
     estimator = m["extra"].map(lambda e: json.loads(e).get("estimator"))
     init = m["extra"].map(lambda e: json.loads(e).get("init"))
@@ -516,7 +510,7 @@ def transfer_exact(t: StudyTables) -> list[Estimate]:
     the two-sided Bonferroni bound at 5% over its m means."""
     from scipy.stats import norm
 
-    z = z_scores(t.table("theory/transfer.parquet"))
+    z = z_scores(t.table(layout.THEORY_TRANSFER))
     out = []
     for paper, g in z.groupby("paper", sort=True):
         bound = float(norm.ppf(1 - 0.025 / len(g)))

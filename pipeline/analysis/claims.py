@@ -2,6 +2,11 @@
 interval, the decision rule stated before the data) and a function computing it from a study's
 tables. `pipeline/analysis/findings.py` renders them; nothing in the docs states a number by hand.
 
+A claim names the study whose tables it reads, and declares those tables (`tables`); it reads no
+other (StudyTables.reading enforces it), and the findings rule's inputs and the reference copies
+derive from the declarations (`tables_read`). The records import nothing heavy (the workflow reads
+them at parse time); `compute` names the function of claim_stats.py that a finding calls.
+
 A claim names the study whose tables it reads (the evidence study for the paper's headline
 phenomena, the method studies for theirs). Each returns one `Estimate` per setting (a γ, a task and
 learning rate); the claim's verdict combines them by its rule: `all_of` (every setting must hold)
@@ -15,35 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from pipeline.analysis.claim_stats import (
-    base_improves,
-    finetune_overtraining,
-    finetune_sensitivity,
-    finetune_sensitivity_absolute,
-    gap_grows,
-    gaussian_earlier,
-    gaussian_overtraining,
-    gaussian_sensitivity,
-    kappa_forgetting,
-    kappa_in_domain,
-    lora_overtraining,
-    no_repeated_data,
-    optimal_lr_falls,
-    replay_forgets_less,
-    sharpness_grows,
-    tasks_start_below_uniform,
-    theory_inflection,
-    tokens_covered,
-    transfer_exact,
-    tuned_in_domain,
-    tuned_overtraining,
-    vlm_above_chance,
-    vlm_forgetting_grows,
-    wise_ft_forgets_less,
-)
-from pipeline.analysis.evidence import NOT_COMPUTED, P_U, Estimate, NoRows, all_of, any_of
+from pipeline import layout
+from pipeline.analysis.verdicts import NOT_COMPUTED, P_U, NoRows, all_of, any_of
 
 if TYPE_CHECKING:
+    from pipeline.analysis.evidence import Estimate
     from pipeline.analysis.study_tables import StudyTables
 
 
@@ -59,11 +40,17 @@ class Claim:
     compares: str  # what is compared
     statistic: str  # the statistic and how its interval is made
     rule: str  # the decision rule, stated before the data
-    compute: Callable[[StudyTables], list[Estimate]]
+    compute: str  # the function of pipeline/analysis/claim_stats.py computing its estimates
     combine: Callable[[list[str]], str] = all_of
     confounds: str = ""  # what in the toy setup could produce the result besides the claim
-    tables: tuple[str, ...] = field(default=("metrics.parquet",))
+    tables: tuple[str, ...] = field(kw_only=True)  # the study's tables it reads (pipeline/layout.py)
     replica_of: str | None = None  # the key of the claim this one repeats on another study
+
+    def estimates(self, tables: StudyTables) -> list[Estimate]:
+        """Its estimates on a study's tables, reading only the tables it declares."""
+        from pipeline.analysis import claim_stats  # numpy, pandas: not at the workflow's parse time
+
+        return getattr(claim_stats, self.compute)(tables.reading(self.tables, self.key))
 
 
 @dataclass(frozen=True)
@@ -78,7 +65,7 @@ class Finding:
 
 def evaluate(claim: Claim, tables: StudyTables) -> Finding:
     try:
-        estimates = claim.compute(tables)
+        estimates = claim.estimates(tables)
     except NoRows as err:
         return Finding(claim, [], NOT_COMPUTED, str(err))
     verdict = claim.combine([e.verdict for e in estimates])
@@ -130,7 +117,8 @@ CLAIMS: list[Claim] = [
         "each task's validation and test tokens against the ids of the training split",
         "share of the split's tokens whose id never occurs as a target in data/train_tokens.npy",
         "supported if every share is at most 0.001; otherwise contradicted",
-        tokens_covered,
+        "tokens_covered",
+        tables=(layout.TOKEN_COVERAGE,),
         confounds=DATA,
     ),
     Claim(
@@ -142,7 +130,8 @@ CLAIMS: list[Claim] = [
         "each run's tokens trained against the training split's tokens in whole training chunks",
         "the largest epochs of any run",
         "supported if it is at most 1; otherwise contradicted",
-        no_repeated_data,
+        "no_repeated_data",
+        tables=(layout.PRETRAIN_RUNS,),
         confounds=DATA,
     ),
     Claim(
@@ -156,7 +145,8 @@ CLAIMS: list[Claim] = [
         "pre-training seed)",
         "that perplexity against the vocabulary size",
         "supported if every task's is below it; otherwise contradicted",
-        tasks_start_below_uniform,
+        "tasks_start_below_uniform",
+        tables=(layout.PRETRAIN_RUNS, layout.METRICS),
         confounds=DATA,
     ),
     Claim(
@@ -168,7 +158,8 @@ CLAIMS: list[Claim] = [
         "held-out pre-training perplexity of the base models against tokens",
         "slope of log perplexity per doubling; " + TREND,
         "supported if the interval lies below 0; contradicted if above; otherwise not established",
-        base_improves,
+        "base_improves",
+        tables=(layout.METRICS,),
         confounds=TOY,
     ),
     Claim(
@@ -182,7 +173,8 @@ CLAIMS: list[Claim] = [
         "slope of Δ log perplexity per doubling; " + TREND,
         "supported if every γ's interval lies above 0; contradicted if every γ's lies below 0; "
         "otherwise not established",
-        gaussian_sensitivity,
+        "gaussian_sensitivity",
+        tables=(layout.METRICS,),
         confounds=TOY,
     ),
     Claim(
@@ -196,7 +188,8 @@ CLAIMS: list[Claim] = [
         "perturbed perplexity against tokens at the largest γ",
         U_STAT,
         U_RULE.format(level=P_U),
-        gaussian_overtraining,
+        "gaussian_overtraining",
+        tables=(layout.METRICS,),
         confounds=TOY,
     ),
     Claim(
@@ -210,7 +203,8 @@ CLAIMS: list[Claim] = [
         "each γ's minimum location and 95% interval from the U-shape detector",
         "supported if the largest γ's interval lies wholly below the other's; contradicted if wholly "
         "above; otherwise (overlap, or no interval) not established",
-        gaussian_earlier,
+        "gaussian_earlier",
+        tables=(layout.METRICS,),
         confounds=TOY,
     ),
     Claim(
@@ -224,7 +218,8 @@ CLAIMS: list[Claim] = [
         "slope of Δ log perplexity per doubling; " + TREND,
         "supported if every (task, LR)'s interval lies above 0; contradicted if every one lies below 0; "
         "otherwise not established",
-        finetune_sensitivity,
+        "finetune_sensitivity",
+        tables=(layout.METRICS,),
         confounds=TOY,
     ),
     Claim(
@@ -239,7 +234,8 @@ CLAIMS: list[Claim] = [
         "slope of Δ perplexity per doubling; " + TREND,
         "supported if every (task, LR)'s interval lies above 0; contradicted if every one lies below 0; "
         "otherwise not established",
-        finetune_sensitivity_absolute,
+        "finetune_sensitivity_absolute",
+        tables=(layout.METRICS,),
         confounds=TOY + "; the base perplexity falls steeply over the smallest budgets, which pulls an "
         "absolute difference down with it (the relative claim above does not have that pull)",
     ),
@@ -258,8 +254,9 @@ CLAIMS: list[Claim] = [
         "least one of the k remaining settings (Bonferroni); each setting otherwise judged as in the "
         "single-curve U rule (contradicted, not reached within the budgets, not established); "
         "contradicted if every remaining setting is",
-        finetune_overtraining,
-        any_of,
+        "finetune_overtraining",
+        combine=any_of,
+        tables=(layout.METRICS, layout.REFERENCE_PPL),
         confounds=TOY,
     ),
     Claim(
@@ -275,8 +272,9 @@ CLAIMS: list[Claim] = [
         U_STAT,
         "supported if P(U) > 1 − 0.05/k for at least one of the k tasks (Bonferroni); each task "
         "otherwise judged as in the single-curve U rule; contradicted if every task is",
-        tuned_overtraining,
-        any_of,
+        "tuned_overtraining",
+        combine=any_of,
+        tables=(layout.METRICS, layout.FINETUNE_TUNED),
         confounds=TOY + "; the tuned rate is chosen from a grid half a decade apart",
     ),
     Claim(
@@ -290,7 +288,8 @@ CLAIMS: list[Claim] = [
         "slope of log perplexity per doubling; " + TREND,
         "supported if every task's interval lies below 0; contradicted if every one lies above 0; "
         "otherwise not established",
-        tuned_in_domain,
+        "tuned_in_domain",
+        tables=(layout.METRICS, layout.FINETUNE_TUNED),
         confounds=TOY,
     ),
     Claim(
@@ -303,7 +302,8 @@ CLAIMS: list[Claim] = [
         "slope of log10 LR per doubling; " + TREND,
         "supported if every task's interval lies below 0; contradicted if every one lies above 0; "
         "otherwise not established",
-        optimal_lr_falls,
+        "optimal_lr_falls",
+        tables=(layout.METRICS, layout.FINETUNE_TUNED),
         confounds=TOY
         + "; the rate is read off a grid half a decade apart, so the slope moves in steps; a best "
         "rate at the grid's edge is only bounded (the note counts them)",
@@ -318,7 +318,8 @@ CLAIMS: list[Claim] = [
         "pre-training perplexity after LoRA fine-tuning at its tuned rate against tokens",
         U_STAT,
         U_RULE.format(level=P_U),
-        lora_overtraining,
+        "lora_overtraining",
+        tables=(layout.METRICS, layout.FINETUNE_TUNED),
         confounds=TOY + "; LoRA r = 4 on a 164k-parameter model, 40 steps",
     ),
     Claim(
@@ -333,7 +334,8 @@ CLAIMS: list[Claim] = [
         "mean paired difference, one per pre-training run (checkpoint); 95% t-interval over the runs",
         "supported if the interval lies below 0; contradicted if above; otherwise (or with one pair) "
         "not established",
-        replay_forgets_less,
+        "replay_forgets_less",
+        tables=(layout.METRICS, layout.FINETUNE_TUNED),
         confounds=TOY + "; each method's rate is searched separately, so the two differ in rate too",
     ),
     Claim(
@@ -347,7 +349,8 @@ CLAIMS: list[Claim] = [
         "pre-training run (checkpoint; its fine-tuning seeds averaged), per method and task",
         "mean paired difference over the runs; 95% t-interval over them",
         "supported if the interval lies below 0; contradicted if above; otherwise not established",
-        wise_ft_forgets_less,
+        "wise_ft_forgets_less",
+        tables=(layout.METRICS, layout.FINETUNE_TUNED),
         confounds=TOY + "; the midpoint is judged at the rate tuned for the fine-tuned model (α = 1)",
     ),
     Claim(
@@ -362,7 +365,8 @@ CLAIMS: list[Claim] = [
         "slope of the log gap per doubling; " + TREND,
         "supported if every (task, LR)'s interval lies above 0; contradicted if every one lies below 0; "
         "otherwise not established",
-        gap_grows,
+        "gap_grows",
+        tables=(layout.METRICS,),
         confounds=TOY + "; the verdict covers the learning rates the study runs: an evidence run that also "
         "ran 0.01 found code's gap falling with tokens at 0.01, and the claim not established there "
         "(docs/benchmarks.md)",
@@ -377,7 +381,8 @@ CLAIMS: list[Claim] = [
         "Hutchinson's tr(H) on 512 held-out tokens against tokens",
         "slope of log tr(H) per doubling; " + TREND,
         "supported if the interval lies above 0; contradicted if below; otherwise not established",
-        sharpness_grows,
+        "sharpness_grows",
+        tables=(layout.METRICS,),
         confounds=TOY + "; tr(H) from 8 Rademacher probes",
     ),
     Claim(
@@ -392,7 +397,8 @@ CLAIMS: list[Claim] = [
         NTK_STAT.format(y="the in-domain test log perplexity"),
         "supported if every task's interval lies above 0; contradicted if every one lies below 0; "
         "otherwise not established",
-        kappa_in_domain,
+        "kappa_in_domain",
+        tables=(layout.METRICS, layout.FINETUNE_TUNED),
         confounds=TOY + "; κ and the perplexity both move with tokens, so a shared trend can make them "
         "correlate without one explaining the other",
     ),
@@ -407,7 +413,8 @@ CLAIMS: list[Claim] = [
         NTK_STAT.format(y="Δ log pre-training perplexity"),
         "supported if every task's interval lies above 0; contradicted if every one lies below 0; "
         "otherwise not established",
-        kappa_forgetting,
+        "kappa_forgetting",
+        tables=(layout.METRICS, layout.FINETUNE_TUNED),
         confounds=TOY + "; as above, a shared trend with tokens",
     ),
     Claim(
@@ -423,7 +430,8 @@ CLAIMS: list[Claim] = [
         "feature index",
         "the share of (setting, seed) pairs that agree",
         "supported if every pair agrees; contradicted if fewer than half do; otherwise not established",
-        theory_inflection,
+        "theory_inflection",
+        tables=(layout.THEORY_METRICS,),
         confounds="d = 8 features, a finite initialisation scale τ and an RK4 flow: the theorems' limits "
         "are approached, not reached (docs/theory.md)",
     ),
@@ -439,7 +447,8 @@ CLAIMS: list[Claim] = [
         "the largest |z| = |simulated − exact| / SE over each paper's means",
         "supported if it stays within the two-sided Bonferroni bound at 5% over the paper's m means "
         "(|z| ≤ Φ⁻¹(1 − 0.025/m)); otherwise contradicted",
-        transfer_exact,
+        "transfer_exact",
+        tables=(layout.THEORY_TRANSFER,),
         confounds="Gaussian designs only; the deep-network rows are gradient descent, exact to O(η)",
     ),
     Claim(
@@ -455,7 +464,8 @@ CLAIMS: list[Claim] = [
         "mean difference over the pre-training runs (checkpoints; stage-2 seeds averaged in each); 95% "
         "t-interval over them",
         "supported if the interval lies above 0; contradicted if below; otherwise not established",
-        vlm_above_chance,
+        "vlm_above_chance",
+        tables=(layout.METRICS, layout.FINETUNE_TUNED, layout.VLM_DATA),
         confounds="a toy corpus of rendered digits, emoji and words with a tiny CLIP tower trained here; "
         "the score's parts swing with the model's yes/no bias; the stage-2 rate is chosen on the same "
         "evaluation sets it is scored on, which favours the claim",
@@ -470,7 +480,8 @@ CLAIMS: list[Claim] = [
         "Δ log pre-training perplexity (after stage 2 / base) at the tuned stage-2 rate against tokens",
         "slope of Δ log perplexity per doubling; " + TREND,
         "supported if the interval lies above 0; contradicted if below; otherwise not established",
-        vlm_forgetting_grows,
+        "vlm_forgetting_grows",
+        tables=(layout.METRICS, layout.FINETUNE_TUNED),
         confounds=TOY + "; the small preset (hidden 64) and 3 budgets",
     ),
 ]
@@ -527,6 +538,12 @@ CLAIMS += [
 
 def claims_of(study: str) -> list[Claim]:
     return [c for c in CLAIMS if c.study == study]
+
+
+def tables_read(claims: list[Claim] = CLAIMS) -> tuple[str, ...]:
+    """Every table the claims read, each once (in the order first declared): what `make docs` copies
+    to docs/reference/ and what rule findings asks of a study (where the study makes it)."""
+    return tuple(dict.fromkeys(t for c in claims for t in c.tables))
 
 
 def to_json(f: Finding) -> str:

@@ -3,7 +3,7 @@
     python -m pipeline.analysis.findings results/evidence results/default ...   # refresh + render
     python -m pipeline.analysis.findings --check                                # docs == rendering
 
-With study directories: the tables the registered claims read (study_tables.TABLES) are copied from each
+With study directories: the tables the registered claims read (claims.tables_read) are copied from each
 `results/<study>/` into `docs/reference/<study>/` (committed), the figures the docs show (DOC_FIGURES)
 into `docs/figures/`, and docs/findings.md is rendered from the reference copies alone, as is the
 README's claims table (between `<!-- findings:begin -->` and `<!-- findings:end -->`). A test renders
@@ -20,8 +20,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from pipeline.analysis.claims import CLAIMS, Claim, Finding, evaluate
-from pipeline.analysis.study_tables import TABLES, StudyTables
+from pipeline.analysis.claims import CLAIMS, Claim, Finding, evaluate, tables_read
+from pipeline.analysis.study_tables import StudyTables
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference"
@@ -218,7 +218,7 @@ def copy_reference(study_dir: Path, reference: Path = REFERENCE) -> list[Path]:
     figures the docs show from it into docs/figures/."""
     study = study_dir.name
     out = []
-    for rel in TABLES:
+    for rel in tables_read():
         src = study_dir / rel
         if src.is_file():
             dst = reference / study / rel

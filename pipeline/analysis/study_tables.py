@@ -10,41 +10,49 @@ import numpy as np
 import pandas as pd
 
 from pipeline import layout
-from pipeline.analysis.evidence import NoRows
+from pipeline.analysis.verdicts import NoRows
 
-# The files of a study a claim may read (relative to results/<study>/; `make docs` copies them to
-# docs/reference/<study>/).
-TABLES = (
-    "metrics.parquet",
-    "data/token_coverage.parquet",
-    layout.REFERENCE_PPL,
-    "data/corpus_manifest.parquet",
-    "analysis/pretrain_runs.parquet",
-    "analysis/finetune_tuned.parquet",
-    "theory/metrics.parquet",
-    "theory/transfer.parquet",
-    "data/vlm/data.json",
-)
+
+class UndeclaredTable(RuntimeError):
+    """A claim read a table its record does not declare (a bug in the registry, not missing data)."""
 
 
 class StudyTables:
     """A study's tables, each read on first use from `root` (results/<study> or its reference copy)."""
 
-    def __init__(self, root: str | Path, study: str):
+    def __init__(
+        self, root: str | Path, study: str, declared: tuple[str, ...] | None = None, reader: str = ""
+    ):
         self.root, self.study = Path(root), study
+        self.declared, self.reader = declared, reader
         self._cache: dict[str, pd.DataFrame] = {}
+
+    def reading(self, declared: tuple[str, ...], reader: str) -> StudyTables:
+        """The same tables for a claim that declares `declared`: reading any other is an error."""
+        view = StudyTables(self.root, self.study, declared, reader)
+        view._cache = self._cache
+        return view
+
+    def path(self, rel: str) -> Path:
+        """A declared table's file, or NoRows where the study lacks it."""
+        if self.declared is not None and rel not in self.declared:
+            raise UndeclaredTable(f"claim {self.reader!r} reads {rel}, which its record does not declare")
+        path = self.root / rel
+        if not path.is_file():
+            raise NoRows(f"no rows for {rel} of study {self.study!r} (run it: docs/findings.md says how)")
+        return path
+
+    def has(self, rel: str) -> bool:
+        return (self.root / rel).is_file()
 
     def table(self, rel: str) -> pd.DataFrame:
         if rel not in self._cache:
-            path = self.root / rel
-            if not path.is_file():
-                raise NoRows(f"no rows for {rel} of study {self.study!r} (run it: docs/findings.md says how)")
-            self._cache[rel] = pd.read_parquet(path)
+            self._cache[rel] = pd.read_parquet(self.path(rel))
         return self._cache[rel]
 
     def metrics(self, what: str, **equal: object) -> pd.DataFrame:
         """The metric rows whose columns equal `equal` (a tuple: any of), or NoRows naming `what`."""
-        m = self.table("metrics.parquet")
+        m = self.table(layout.METRICS)
         keep = np.ones(len(m), dtype=bool)
         for col, want in equal.items():
             keep &= m[col].isin(want).to_numpy() if isinstance(want, tuple) else (m[col] == want).to_numpy()

@@ -12,9 +12,9 @@ import numpy as np
 import seaborn as sns
 from matplotlib.ticker import FuncFormatter
 
-from pipeline.analysis.evidence import P_U
 from pipeline.analysis.seeds import curve_bands, seeds_covered
 from pipeline.analysis.style import format_tokens, plain_log_ticks, save_figure, set_style
+from pipeline.analysis.verdicts import P_U
 
 if TYPE_CHECKING:
     import pandas as pd

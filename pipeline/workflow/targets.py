@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pipeline import layout
+from pipeline.analysis.claims import tables_read
 from pipeline.analysis.figure_registry import figures_of_stage
 from pipeline.data.corpus import EMBEDDED_SOURCES
 from pipeline.data.tasks import TASK_NAMES, task_files
@@ -300,19 +301,20 @@ def metric_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
 
 
 def findings_inputs(config: dict, checkpoints: Checkpoints) -> list[str]:
-    """The tables of this study that the registered claims read (pipeline/analysis/claims.py)."""
-    out = [path(config, layout.METRICS)]
-    out += [path(config, layout.FINETUNE_TUNED)] if finetune_enabled(config) else []
-    if pretrain_dirs(config, checkpoints):
-        out += [path(config, layout.PRETRAIN_RUNS), path(config, layout.CORPUS_MANIFEST)]
-        out += [path(config, layout.REFERENCE_PPL)]
-        out += [path(config, layout.TOKEN_COVERAGE)] if coverage_task_tables(config) else []
-    out += [path(config, layout.VLM_DATA)] if vlm_tasks(config) else []
-    return out + (
-        [path(config, layout.THEORY_METRICS), path(config, layout.THEORY_TRANSFER)]
-        if theory_enabled(config)
-        else []
-    )
+    """The tables of this study that the registered claims read (their records declare them,
+    pipeline/analysis/claims.py), those this study makes."""
+    pretrain = bool(pretrain_dirs(config, checkpoints))
+    made = {
+        layout.METRICS: True,
+        layout.FINETUNE_TUNED: finetune_enabled(config),
+        layout.PRETRAIN_RUNS: pretrain,
+        layout.REFERENCE_PPL: pretrain,
+        layout.TOKEN_COVERAGE: pretrain and bool(coverage_task_tables(config)),
+        layout.VLM_DATA: bool(vlm_tasks(config)),
+        layout.THEORY_METRICS: theory_enabled(config),
+        layout.THEORY_TRANSFER: theory_enabled(config),
+    }
+    return [path(config, t) for t in tables_read() if made[t]]
 
 
 def all_outputs(config: dict, checkpoints: Checkpoints) -> list[str]:

@@ -12,7 +12,10 @@ import pytest
 
 from pipeline.analysis import findings
 from pipeline.analysis.claims import CLAIMS, evaluate
-from pipeline.analysis.evidence import (
+from pipeline.analysis.evidence import trend, ushape
+from pipeline.analysis.stats import deltas
+from pipeline.analysis.study_tables import StudyTables
+from pipeline.analysis.verdicts import (
     CONTRADICTED,
     NOT_COMPUTED,
     NOT_ESTABLISHED,
@@ -21,11 +24,7 @@ from pipeline.analysis.evidence import (
     all_of,
     any_of,
     interval_verdict,
-    trend,
-    ushape,
 )
-from pipeline.analysis.stats import deltas
-from pipeline.analysis.study_tables import StudyTables
 from pipeline.tables import metric_row, metrics_frame
 
 BUDGETS = [500_000, 707_107, 1_000_000, 1_414_214, 2_000_000, 2_828_427, 4_000_000]
@@ -182,3 +181,19 @@ def test_not_established_states_what_the_design_could_detect():
     assert est.verdict == NOT_ESTABLISHED and 0 < est.detectable < 0.2
     # at 80% power the detectable slope is (t_0.975 + t_0.8) standard errors: wider than the half-width
     assert est.detectable > (est.high - est.low) / 2
+
+
+def test_a_claim_reads_only_the_tables_its_record_declares(tmp_path):
+    """The declarations are the one place: the reference copies and the findings rule's inputs derive
+    from them, and a claim reading an undeclared table is an error, not a silent extra input."""
+    from pipeline import layout
+    from pipeline.analysis.claims import Claim, tables_read
+    from pipeline.analysis.study_tables import UndeclaredTable
+
+    tables = write_study(tmp_path, sweep_rows(lambda x: 0.0, noise=0.01))
+    base = next(c for c in CLAIMS if c.key == "no-repeated-data")
+    sneaky = Claim(**{**vars(base), "tables": (layout.METRICS,)})  # reads pretrain_runs undeclared
+    with pytest.raises(UndeclaredTable, match="no-repeated-data"):
+        evaluate(sneaky, tables)
+    assert set(tables_read()) == {t for c in CLAIMS for t in c.tables}
+    assert layout.REFERENCE_PPL in tables_read() and len(tables_read()) == len(set(tables_read()))
