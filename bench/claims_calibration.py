@@ -13,9 +13,10 @@ e_pk (sd the study's run-level sd; each budget of a seed is its own run) and inn
 see the cube exactly as a claim does: each run's inner seeds averaged, then run_slope / u_runs /
 mean_difference / rank_correlation, the very functions the claims call.
 
-Designs: the evidence study (3 pre-training seeds x 7 budgets 0.5-4M, sqrt(2) apart, 3 inner
-seeds), the registered evidence design (5 seeds x 7 budgets 1-8M), and the default study (1 seed x 4
-budgets 2x apart: a trend only; a U is not computed there).
+Designs: the pilot evidence study (3 pre-training seeds x 7 budgets sqrt(2) apart, 3 inner seeds),
+the registered evidence study (7 seeds x 4 budgets 2x apart, 1 fine-tuning seed: docs/evidence-
+design.md), and the default study (1 seed x 4 budgets 2x apart: a trend only; a U is not computed
+there).
 
 Printed per scenario: the coverage of the 95% interval of the estimand (a trend: the least-squares
 slope of the mean curve over the grid plus the mean random slope; a U's minimum: x* of the smooth
@@ -23,7 +24,7 @@ truth, among sweeps where P(U) clears 0.95 and the interval is bounded, as the c
 rate of a false "supported" (null scenarios) or the power (effects). The last line reads
 `coverage_min <x> coverage_max <y> false_max <z>` over every coverage and every null scenario.
 
-The run-level noise defaults to the evidence study's reference tables (docs/reference/evidence):
+The run-level noise defaults to the pilot evidence study's reference tables (docs/reference/pilot):
 the pooled residual sd of its runs' log perplexity about seed + budget effects, printed first.
 
 Usage: .venv/bin/python bench/claims_calibration.py [--sweeps 2000] [--u-sweeps 500] [--seed 0]
@@ -52,7 +53,7 @@ from pipeline.analysis.evidence import (
 )
 from pipeline.analysis.seeds import run_means
 
-REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "evidence" / "metrics.parquet"
+REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "reference" / "pilot" / "metrics.parquet"
 SEED_SD, TAU, INNER_SD = 0.05, 0.02, 0.02
 
 
@@ -68,14 +69,14 @@ class Design:
 
 
 DESIGNS = {
-    "evidence 3x7": Design(3, np.arange(7) / 2, 3),
-    "registered 5x7": Design(5, np.arange(7) / 2, 2),
+    "pilot 3x7": Design(3, np.arange(7) / 2, 3),
+    "evidence 7x4": Design(7, np.arange(4.0), 1),
     "default 1x4": Design(1, np.arange(4.0), 3),
 }
 
 
 def reference_run_sd(path: Path = REFERENCE) -> float:
-    """The evidence study's pooled run-level residual sd of log pre-training perplexity after
+    """The pilot's pooled run-level residual sd of log pre-training perplexity after
     fine-tuning and perturbation (seed + budget effects removed), or 0.03 without its tables."""
     if not path.is_file():
         return 0.03
@@ -246,7 +247,7 @@ def main() -> None:
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     run_sd = reference_run_sd()
-    print(f"run-level sd {run_sd:.4f} (evidence study's reference tables); inner sd {INNER_SD}, "
+    print(f"run-level sd {run_sd:.4f} (the pilot's reference tables); inner sd {INNER_SD}, "
           f"seed offset sd {SEED_SD}, random slope sd {TAU}; nominal level {LEVEL}")  # fmt: skip
     t0 = time.perf_counter()
     rows = []
@@ -261,7 +262,7 @@ def main() -> None:
             rows.append(paired_row(rng, units, delta, run_sd, args.sweeps))
     for rho in (0.0, 0.5):
         rows.append(rank_row(rng, 21, rho, args.sweeps // 2))
-    for dname in ("evidence 3x7", "registered 5x7"):
+    for dname in ("pilot 3x7", "evidence 7x4"):
         d = DESIGNS[dname]
         for hetero in (False, True):
             tag = f"{dname}{', sd x3' if hetero else ''}"

@@ -62,6 +62,8 @@ rule figures:
     threads: 1
     resources:
         **fixed_resources(2000, 10),
+    params:
+        legend=FIGURE_LEGEND,
     script:
         "scripts/figures.py"
 

@@ -27,7 +27,7 @@ from pipeline.workflow.config import (
     text_files,
 )
 from pipeline.workflow.methods import check_methods, config_at_hand
-from pipeline.analysis.figure_registry import figures_of_rule
+from pipeline.analysis.figure_registry import LEGEND as FIGURE_LEGEND, figures_of_rule
 from pipeline.workflow.params import (
     checkpoint_params,
     curvature_eval,

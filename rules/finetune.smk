@@ -158,6 +158,7 @@ rule finetune_figures:
         **fixed_resources(2000, 10),
     params:
         max_pretrain_ppl=config["analysis"]["finetune_max_pretrain_ppl"],
+        legend=FIGURE_LEGEND,
     script:
         "scripts/finetune_figures.py"
 

@@ -11,6 +11,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline.analysis.verdicts import P_U
+
+# What a curve's band and its inflection marker mean: one text for the figures' legends
+# (pipeline/analysis/sweep_figures.py) and the report captions (the rules' `params.legend`).
+RUN_BAND = "95% t-band over the pre-training seeds"
+MARKS = f"★ where the U test's P(U) > {P_U} (the claims' rule); ○ with its P(U) where it is not"
+LEGEND = {"band": RUN_BAND, "marks": MARKS}
+
 STAGES = (
     "sweep",
     "pretrain",

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from pipeline.analysis.figure_registry import RUN_BAND
+
 OUTER, INNER = "pretrain_seed", "seed"
 
 
@@ -63,12 +65,13 @@ def bootstrap_means(cube: np.ndarray, n: int, rng: np.random.Generator) -> np.nd
 
 
 def seeds_covered(n_outer: int, n_inner: int, inner_name: str) -> str:
-    """What a band over a cube covers, in words: e.g. 't over 3 pre-training seeds (2 fine-tuning seeds
-    averaged per run)', or '1 pre-training seed: no run-level band (3 perturbation seeds per run)'."""
+    """What a band over a cube covers, for a legend (figure_registry.RUN_BAND, the captions' words):
+    e.g. '95% t-band over the pre-training seeds: 3 (2 fine-tuning seeds averaged per run)', or
+    '1 pre-training seed: no band (3 perturbation seeds per run)'."""
     inner = f"{n_inner} {inner_name} seed{'s' if n_inner != 1 else ''}"
     if n_outer >= 2:
-        return f"t over {n_outer} pre-training seeds ({inner} averaged per run)"
-    return f"1 pre-training seed: no run-level band ({inner} per run)"
+        return f"{RUN_BAND}: {n_outer} ({inner} averaged per run)"
+    return f"1 pre-training seed: no band ({inner} per run)"
 
 
 @contextlib.contextmanager

@@ -65,10 +65,8 @@ def band_plot(
 
 
 def band_note(bands: pd.DataFrame, inner: str) -> str:
-    """What the bands cover, for a legend title: '95% band: t over 3 pre-training seeds (...)'."""
-    return "95% band: " + seeds_covered(
-        int(bands["n_pretrain_seeds"].max()), int(bands["n_seeds"].max()), inner
-    )
+    """What the bands cover, for a legend title (seeds.seeds_covered)."""
+    return seeds_covered(int(bands["n_pretrain_seeds"].max()), int(bands["n_seeds"].max()), inner)
 
 
 def plot_progressive_sensitivity(

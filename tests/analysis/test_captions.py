@@ -11,7 +11,7 @@ import pytest
 import yaml
 from docutils.core import publish_parts
 
-from pipeline.analysis.figure_registry import FIGURES
+from pipeline.analysis.figure_registry import FIGURES, LEGEND, MARKS, RUN_BAND
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,9 +19,14 @@ SEEDS_SD = ("±1 sd", "seeds the table holds", "fine-tuning seeds")
 SIMULATION_SE = ("± 1 standard error of the mean", "``instances`` independent draws")
 # figure -> phrases its rendered caption must contain (the default study: 3 perturbation seeds)
 COVERS = {
-    "progressive_sensitivity": ("±1 sd over the", "3 perturbation seeds", "pools the perturbation seeds"),
+    "progressive_sensitivity": (
+        RUN_BAND,
+        "3 perturbation seeds",
+        "averaged, not counted as replicates",
+        MARKS,
+    ),
     "inflection_point": ("95% percentile bootstrap interval", "seeds the table holds", "``perturb.seeds``"),
-    "finetune_fixed_lr": (*SEEDS_SD, "``fixed_rate_runs``"),
+    "finetune_fixed_lr": (RUN_BAND, "fine-tuning seeds", "``fixed_rate_runs``", MARKS),
     "finetune_tuned": (*SEEDS_SD, "``tuned_table``"),
     "finetune_distance": ("±1 sd", "fine-tuning seeds (``finetune.seeds``)"),
     "alpaca_eval_win_rate": (*SEEDS_SD, "``tuned_table``"),
@@ -44,7 +49,10 @@ COVERS = {
 
 def rendered(name: str) -> str:
     """The caption after Jinja, at the default study's config (config.yaml)."""
-    snakemake = types.SimpleNamespace(config=yaml.safe_load((ROOT / "config.yaml").read_text()), params={})
+    params = types.SimpleNamespace(legend=LEGEND)  # the rules' params.legend: the legends' own words
+    snakemake = types.SimpleNamespace(
+        config=yaml.safe_load((ROOT / "config.yaml").read_text()), params=params
+    )
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)  # as snakemake's report
     return env.from_string((ROOT / "report" / f"{name}.rst").read_text()).render(snakemake=snakemake)
 

@@ -22,10 +22,10 @@ def test_fixed_lr_and_distance_legends_say_what_the_band_covers(draw, finetune_m
     inflection = inflection_table(d, n_bootstrap=10, seed=0)
     fig = draw(plot_fixed_lr, d, base, inflection, "fixed", ["png"])
     n_seeds = d["seed"].nunique()  # the synthetic sweep has one pre-training run
-    covered = f"1 pre-training seed: no run-level band ({n_seeds} fine-tuning seeds per run)"
+    covered = f"1 pre-training seed: no band ({n_seeds} fine-tuning seeds per run)"
     title = fig.axes[1].get_legend().get_title().get_text()  # wrapped to the axis's width
     assert title.split("\n")[0] == "fine-tuning LR"
-    assert " ".join(title.split("\n")[1:]) == f"(95% band: {covered})"
+    assert " ".join(title.split("\n")[1:]) == f"({covered})"
     fig = draw(plot_distance, finetune_metrics, "distance", ["png"])
     assert fig.axes[0].get_legend().get_title().get_text() == f"pre-training tokens\n({SEED_BAND})"
     assert SEED_BAND == "band: ±1 sd over fine-tuning seeds"

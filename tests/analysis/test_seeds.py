@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from pipeline.analysis.figure_registry import RUN_BAND
 from pipeline.analysis.seeds import cube_mean, curve_bands, run_means, seed_cube, seeds_covered
 
 
@@ -48,8 +49,8 @@ def test_bands_are_t_intervals_over_pretraining_seeds_and_none_with_one():
     assert set(bands[["n_pretrain_seeds", "n_seeds"]].itertuples(index=False, name=None)) == {(3, 2)}
     one = curve_bands(r.query("pretrain_seed == 0"), ["setting"], "value")
     assert one["low"].isna().all() and one["mean"].notna().all()
+    # the legend's words are the captions' (figure_registry.RUN_BAND, the rules' params.legend)
+    assert seeds_covered(3, 2, "fine-tuning") == f"{RUN_BAND}: 3 (2 fine-tuning seeds averaged per run)"
     assert (
-        seeds_covered(3, 2, "fine-tuning")
-        == "t over 3 pre-training seeds (2 fine-tuning seeds averaged per run)"
+        seeds_covered(1, 3, "perturbation") == "1 pre-training seed: no band (3 perturbation seeds per run)"
     )
-    assert "no run-level band" in seeds_covered(1, 3, "perturbation")
