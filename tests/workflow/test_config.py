@@ -632,6 +632,27 @@ def test_method_checks_read_each_architectures_names_from_a_cache_without_torch(
     assert len(list(cache.iterdir())) == 1
 
 
+def test_a_hub_checkpoint_is_checked_at_parse_time_only_from_the_cache(standin, tmp_path):
+    """A hub revision in the cache is checked from its config.json there (nothing asked of the
+    hub); one that is not is left to onstart, after its revision is found."""
+    from pipeline.models.checkpoints import CheckpointSpec
+    from pipeline.workflow.methods import check_methods, config_at_hand
+
+    _, cache = standin
+    model_id = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    cached = CheckpointSpec(
+        "smol", "hub", model_id, 1, model_id=model_id, revision="main", cache_dir=str(cache)
+    )
+    elsewhere = CheckpointSpec(
+        "smol", "hub", model_id, 1, model_id=model_id, revision="main", cache_dir=str(tmp_path)
+    )
+    assert config_at_hand(cached) and not config_at_hand(elsewhere)
+    lora = {"lora": {"rank": 4, "target_modules": ["q_proj", "wq"]}}
+    cfg = validated(**{"finetune.methods": {"lo": {"params": lora}}})
+    with pytest.raises(ConfigError, match=r"target_modules: 'wq' matches no module.*\(checkpoint smol\)"):
+        check_methods(cfg, [cached], cache=tmp_path / "names")
+
+
 def test_duplicate_pretraining_seeds_stop_at_start_up():
     with pytest.raises(ConfigError) as err:
         validated(**{"pretrain.seeds": [0, 1, 0]})
