@@ -13,13 +13,19 @@ import seaborn as sns
 
 from pipeline.analysis.seeds import curve_bands
 from pipeline.analysis.style import format_tokens, legend_below, save_figure, set_style, tuned_curve
-from pipeline.analysis.sweep_figures import band_note, band_plot, mark_inflections, token_axis
+from pipeline.analysis.sweep_figures import (
+    band_note,
+    band_plot,
+    mark_inflections,
+    reference_lines,
+    token_axis,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
 # What a band or bar covers, in the figures' legends (the captions, report/finetune_*.rst, say more).
-SEED_BAND = "band: ±1 sd over fine-tuning seeds"
+SEED_BAND = "bars: ±1 sd over pre-training runs"
 TUNED_BARS = "bars: ±1 sd over fine-tuning seeds at the tuned LR"
 
 
@@ -56,6 +62,7 @@ def plot_fixed_lr(
     stem: str | Path,
     formats: Iterable[str],
     max_pretrain_ppl: float | None = None,
+    reference: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Per (model, task) row, vs tokens, one line per LR: Δ log pre-training ppl (progressive
     sensitivity: the base perplexity falls steeply over the smallest budgets, so the absolute Δ
@@ -105,6 +112,7 @@ def plot_fixed_lr(
             ax.set_ylabel(ylabel)
         bm = base[(base["model"] == model) & (base["modification"] == "none")]
         _base_line(row[1], bm[(bm["eval_data"] == "pretrain") & (bm["split"] == p["split"].iloc[0])])
+        reference_lines(row[1], reference)
         _base_line(
             row[2], bm[(bm["eval_data"] == task) & (bm["split"] == held)]
         )  # means over pre-training seeds
@@ -126,7 +134,11 @@ def plot_fixed_lr(
 
 
 def plot_tuned(
-    tuned: pd.DataFrame, optimal: pd.DataFrame, stem: str | Path, formats: Iterable[str]
+    tuned: pd.DataFrame,
+    optimal: pd.DataFrame,
+    stem: str | Path,
+    formats: Iterable[str],
+    reference: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Per (model, task): pre-training and ID test ppl at the tuned LR vs tokens (± sd over seeds), and
     the optimal LR."""
@@ -152,6 +164,8 @@ def plot_tuned(
                 c.drop_duplicates(["checkpoint"]).groupby("budget")["base"].mean()
             )  # over pre-training seeds
             ax.plot(base.index, base.to_numpy(), "k--", marker="s", ms=4, label="base (not fine-tuned)")
+            if eval_data == "pretrain":
+                reference_lines(ax, reference)
             column = "pretrain_inflection" if eval_data == "pretrain" else "id_inflection"
             for method, g in o.dropna(subset=[column]).groupby("modification"):  # one per pre-training seed
                 at = ", ".join(format_tokens(x) for x in g[column])
@@ -195,39 +209,41 @@ def plot_tuned(
 
 
 def plot_distance(metrics: pd.DataFrame, stem: str | Path, formats: Iterable[str]) -> list[Path]:
-    """‖θ_ft − θ_pre‖₂ vs learning rate, one line per pre-training budget, per (model, task) (log-log)."""
+    """‖θ_ft − θ_pre‖₂ vs learning rate, one line per pre-training budget (every budget in the legend),
+    per (model, task) (log-log): the mean over the pre-training runs of each run's mean over its
+    fine-tuning seeds, bars ±1 sd over the runs."""
     set_style()
     dist = metrics[(metrics["modification"] == "sft") & (metrics["metric"] == "distance_l2")]
     keys = sorted(dist.groupby(["model", "task"]).groups)
-    fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4.3), squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(keys), figsize=(5.5 * len(keys), 4.3), squeeze=False, layout="constrained"
+    )
     for ax, (model, task) in zip(axes[0], keys):
         d = dist[
             (dist["model"] == model)
             & (dist["task"] == task)
             & (dist["lambda_reg"] == dist["lambda_reg"].min())
         ]
-        sns.lineplot(
-            d,
-            x="learning_rate",
-            y="value",
-            hue="budget",
-            palette="viridis",
-            hue_norm=plt.matplotlib.colors.LogNorm(),
-            marker="o",
-            errorbar="sd",
-            ax=ax,
+        runs = (
+            d.groupby(["budget", "learning_rate", "pretrain_seed"], dropna=False)["value"]
+            .mean()
+            .reset_index()
         )
+        budgets = sorted(runs["budget"].unique())
+        colors = sns.color_palette("viridis", len(budgets))
+        for color, b in zip(colors, budgets):
+            at = runs[runs["budget"] == b].groupby("learning_rate")["value"].agg(["mean", "std"])
+            ax.errorbar(at.index, at["mean"], yerr=at["std"].fillna(0.0), color=color, marker="o", ms=4,
+                        capsize=2, label=format_tokens(float(b)))  # fmt: skip
         ax.set_xscale("log")
         ax.set_yscale("log")
         lrs = np.array(sorted(d["learning_rate"].unique()))
         ref = d[d["learning_rate"] == lrs[0]]["value"].mean()
         ax.plot(lrs, ref * lrs / lrs[0], "k:", label="∝ learning rate")
-        handles, labels = ax.get_legend_handles_labels()
-        labels = [
-            format_tokens(float(lab)) if lab.replace(".", "").replace("e+", "").isdigit() else lab
-            for lab in labels
-        ]
-        ax.legend(handles, labels, title=f"pre-training tokens\n({SEED_BAND})", fontsize=8, title_fontsize=8)
+        ax.xaxis.set_major_locator(plt.FixedLocator(lrs))  # the rates run, no overlapping decade ticks
+        ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_locator(plt.NullLocator())
+        ax.legend(title=f"pre-training tokens\n({SEED_BAND})", fontsize=8, title_fontsize=8, ncols=2)
         ax.set_xlabel("fine-tuning learning rate")
         ax.set_ylabel("‖θ_ft − θ_pre‖₂")
         ax.set_title(f"{model} · {task}: distance vs LR")

@@ -35,6 +35,17 @@ def token_axis(
     getattr(ax, f"set_{axis}label")(label)
 
 
+def reference_lines(ax: plt.Axes, reference: pd.DataFrame | None) -> None:
+    """A pre-training-perplexity panel's floor and ceiling of meaning (data/reference_ppl.parquet):
+    the unigram model of the training targets (a model above it has lost all context) and a
+    uniform guess over the vocabulary; none where the study has no such table (hub checkpoints)."""
+    if reference is None or reference.empty:
+        return
+    r = reference[reference["eval_data"] == "pretrain"].iloc[0]
+    ax.axhline(r["unigram_ppl"], color="0.45", ls="-.", lw=1, label=f"unigram model ({r['unigram_ppl']:.0f})")
+    ax.axhline(r["uniform_ppl"], color="0.45", ls=":", lw=1, label=f"uniform guess ({r['uniform_ppl']:.0f})")
+
+
 def mark_inflections(
     ax: plt.Axes, inflection: pd.DataFrame, curves: pd.DataFrame, hue: str, palette: dict
 ) -> None:
@@ -75,6 +86,7 @@ def plot_progressive_sensitivity(
     inflection: pd.DataFrame,
     stem: str | Path,
     formats: Iterable[str],
+    reference: pd.DataFrame | None = None,
 ) -> list[Path]:
     """Per model row: Δppl, Δ log-ppl and absolute perturbed ppl vs tokens, one line per γ, each the
     mean over pre-training seeds of each run's mean over perturbation seeds with a 95% t-band over the
@@ -105,6 +117,7 @@ def plot_progressive_sensitivity(
         bm = curve_bands(base[base["model"] == model].assign(seed=None), ["model"], "value")
         row[2].plot(bm["budget"], bm["mean"], "k--", marker="s", label="base (γ = 0)")
         row[2].fill_between(bm["budget"], bm["low"], bm["high"], color="k", alpha=0.1, lw=0)
+        reference_lines(row[2], reference)
         row[2].set_yscale("log")
         plain_log_ticks(row[2].yaxis)
         mark_inflections(row[2], inflection[inflection["model"] == model], bands, "gamma", palette)

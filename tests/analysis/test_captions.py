@@ -28,7 +28,7 @@ COVERS = {
     "inflection_point": ("95% percentile bootstrap interval", "seeds the table holds", "``perturb.seeds``"),
     "finetune_fixed_lr": (RUN_BAND, "fine-tuning seeds", "``fixed_rate_runs``", MARKS),
     "finetune_tuned": (*SEEDS_SD, "``tuned_table``"),
-    "finetune_distance": ("±1 sd", "fine-tuning seeds (``finetune.seeds``)"),
+    "finetune_distance": ("±1 sd over the pre-training runs", "fine-tuning seeds (``finetune.seeds``)"),
     "alpaca_eval_win_rate": (*SEEDS_SD, "``tuned_table``"),
     "benchmarks": ("±1 sd over the", "3 perturbation seeds", *SEEDS_SD, "±1 standard error", "items"),
     "vlm_benchmarks": (*SEEDS_SD, "standard error of the accuracy over the benchmark's items"),

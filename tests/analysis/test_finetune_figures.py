@@ -28,4 +28,31 @@ def test_fixed_lr_and_distance_legends_say_what_the_band_covers(draw, finetune_m
     assert " ".join(title.split("\n")[1:]) == f"({covered})"
     fig = draw(plot_distance, finetune_metrics, "distance", ["png"])
     assert fig.axes[0].get_legend().get_title().get_text() == f"pre-training tokens\n({SEED_BAND})"
-    assert SEED_BAND == "band: ±1 sd over fine-tuning seeds"
+    assert SEED_BAND == "bars: ±1 sd over pre-training runs"
+    budgets = sorted(finetune_metrics["budget"].unique())
+    texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert len([t for t in texts if t != "∝ learning rate"]) == len(budgets)  # every budget listed
+
+
+def test_pretraining_perplexity_panels_draw_the_unigram_and_uniform_lines(draw, finetune_metrics):
+    """The study's reference perplexities (rule reference_ppl) on every pre-training-perplexity panel
+    of the fixed-rate and tuned figures, and nowhere else."""
+    import pandas as pd
+
+    ref = pd.DataFrame(
+        [{"eval_data": "pretrain", "split": "validation", "unigram_ppl": 697.0, "uniform_ppl": 2048.0}]
+    )
+    d = deltas(fixed_rate_runs(finetune_metrics), "ppl")
+    base = finetune_metrics[finetune_metrics["modification"] == "none"]
+    fixed = draw(
+        plot_fixed_lr, d, base, inflection_table(d, n_bootstrap=10, seed=0), "f", ["png"], reference=ref
+    )
+    tuned = tuned_table(finetune_metrics)
+    tuned_fig = draw(plot_tuned, tuned, optimal_lr_table(tuned), "t", ["png"], reference=ref)
+
+    def flat_lines(ax) -> set[float]:
+        return {line.get_ydata()[0] for line in ax.get_lines() if len(set(line.get_ydata())) == 1}
+
+    for ax in (fixed.axes[1], tuned_fig.axes[0]):  # the pre-training perplexity panels of row 1
+        assert {697.0, 2048.0} <= flat_lines(ax)
+    assert not {697.0, 2048.0} & flat_lines(fixed.axes[2])  # the in-domain panel
