@@ -21,7 +21,11 @@ GRIDS = ("small", "wide")
 
 
 def _checkpoints(lines: pd.DataFrame) -> list[tuple[str, float]]:
-    return sorted(set(zip(lines["checkpoint"], lines["budget"])), key=lambda t: (t[1], t[0]))
+    """One (checkpoint, budget) per budget, the first by name (a sweep's first pre-training seed): a
+    column each, so a sweep of several pre-training seeds stays page-wide (the lines of the other
+    seeds' checkpoints are in the table, analysis/curvature_lines.parquet)."""
+    first = lines.sort_values(["budget", "checkpoint"]).drop_duplicates("budget")
+    return list(zip(first["checkpoint"], first["budget"]))
 
 
 def _line_panel(ax: plt.Axes, g: pd.DataFrame, color, label: str | None) -> None:
