@@ -199,6 +199,19 @@ def study_findings(study_dir: Path, study: str) -> str:
     return render(findings, f"Findings of the study `{study}`", intro, note)
 
 
+def figure7_scenarios(tables: StudyTables) -> dict[str, str]:
+    """Per task: its Figure 7 scenario as the registered claims decide it on `tables`
+    (stats.figure7_scenario), the label of the tuned-rate figure's optimal-LR panel."""
+    from pipeline.analysis.stats import SCENARIO_CLAIMS, figure7_scenario
+
+    by_task: dict[str, dict[str, str]] = {}
+    for part, key in SCENARIO_CLAIMS.items():
+        claim = next(c for c in CLAIMS if c.key == key)
+        for e in evaluate(claim, tables).estimates:
+            by_task.setdefault(e.label, {})[part] = e.verdict
+    return {task: figure7_scenario(verdicts) for task, verdicts in by_task.items()}
+
+
 def readme_block(findings: list[Finding]) -> str:
     rows = [[f.claim.title, f"`{f.claim.study}`", verdict_text(f)] for f in findings]
     return f"{NOTE}\n{_table(['claim', 'study', 'verdict'], rows)}\n"

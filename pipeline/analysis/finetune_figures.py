@@ -139,9 +139,11 @@ def plot_tuned(
     stem: str | Path,
     formats: Iterable[str],
     reference: pd.DataFrame | None = None,
+    scenarios: dict[str, str] | None = None,
 ) -> list[Path]:
     """Per (model, task): pre-training and ID test ppl at the tuned LR vs tokens (± sd over seeds), and
-    the optimal LR."""
+    the optimal LR, titled with the task's Figure 7 scenario as the registered claims decide it
+    (`scenarios`: task -> stats.figure7_scenario; none given, none drawn)."""
     set_style()
     keys = sorted(tuned.groupby(["model", "task"]).groups)
     fig, axes = plt.subplots(len(keys), 3, figsize=(16, 6.2 * len(keys)), squeeze=False, layout="constrained")
@@ -184,8 +186,7 @@ def plot_tuned(
                 r["budgets"],
                 r["optimal_lrs"],
                 "o-",
-                label=f"{r['modification']}, λ = {r['lambda_reg']:g}{of_seed}: {r['scenario']} "
-                f"(slope {r['lr_slope']:.2f})",
+                label=f"{r['modification']}, λ = {r['lambda_reg']:g}{of_seed} (slope {r['lr_slope']:.2f})",
             )
             edge = np.asarray(r["lr_at_edge"], bool)
             if edge.any():  # the optimum may lie outside what was run there
@@ -204,7 +205,10 @@ def plot_tuned(
         legend_below(row[2])
         row[0].set_title(f"{model} · {task}: pre-training ppl, tuned LR")
         row[1].set_title(f"{model} · {task}: in-domain ppl, tuned LR")
-        row[2].set_title(f"{model} · {task}: optimal LR vs tokens")
+        scenario = (scenarios or {}).get(task)
+        row[2].set_title(
+            f"{model} · {task}: optimal LR vs tokens" + (f"\n{scenario}" if scenario else ""), fontsize=9
+        )
     return save_figure(fig, stem, formats)
 
 

@@ -218,6 +218,21 @@ SCENARIOS = {
 }
 
 
+SCENARIO_CLAIMS = {"lr": "optimal-lr-falls", "pretrain": "tuned-overtraining", "in_domain": "tuned-in-domain"}
+
+
+def figure7_scenario(verdicts: dict[str, str]) -> str:
+    """A task's Figure 7 scenario from the registered claims' verdicts for it (keys of
+    SCENARIO_CLAIMS: the optimal LR falls; the pre-training ppl at the tuned rate turns up; the
+    in-domain ppl keeps improving), worded no stronger than they are."""
+    lr, pre, ind = (verdicts.get(k, "not computed") for k in SCENARIO_CLAIMS)
+    if lr == "supported" and ind == "supported" and pre == "supported":
+        return "slowly decreasing optimal LR: only the pre-training ppl turns up (claims supported)"
+    if lr == "supported" and ind == "supported" and pre in ("contradicted", "not reached within the budgets"):
+        return f"decreasing optimal LR, no pre-training upturn ({pre}): quickly decreasing so far"
+    return f"scenario not established (LR falls: {lr}; pre-training upturn: {pre}; in-domain improves: {ind})"
+
+
 def optimal_lr_table(tuned: pd.DataFrame, flat_slope: float = 0.1, id_split: str = "test") -> pd.DataFrame:
     """Per (model, task, fine-tuning method, λ, pre-training seed): the optimal-LR trajectory over
     budgets and its Figure 7 scenario.

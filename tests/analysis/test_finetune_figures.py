@@ -56,3 +56,23 @@ def test_pretraining_perplexity_panels_draw_the_unigram_and_uniform_lines(draw, 
     for ax in (fixed.axes[1], tuned_fig.axes[0]):  # the pre-training perplexity panels of row 1
         assert {697.0, 2048.0} <= flat_lines(ax)
     assert not {697.0, 2048.0} & flat_lines(fixed.axes[2])  # the in-domain panel
+
+
+def test_the_optimal_lr_panel_is_titled_by_the_registered_claims(draw, finetune_metrics, tmp_path):
+    """Figure 7's scenario comes from the claims' verdicts, never stronger: one pre-training seed
+    cannot test the pre-training upturn, so the scenario is not established and says why."""
+    from pipeline import layout
+    from pipeline.analysis.findings import figure7_scenarios
+    from pipeline.analysis.study_tables import StudyTables
+
+    tuned = tuned_table(finetune_metrics)
+    (tmp_path / "analysis").mkdir()
+    finetune_metrics.to_parquet(tmp_path / layout.METRICS)
+    tuned.to_parquet(tmp_path / layout.FINETUNE_TUNED)
+    scenarios = figure7_scenarios(StudyTables(tmp_path, "t"))
+    assert set(scenarios) == set(tuned["task"])
+    assert all(
+        "not established" in s and "pre-training upturn: not computed" in s for s in scenarios.values()
+    )
+    fig = draw(plot_tuned, tuned, optimal_lr_table(tuned), "t", ["png"], scenarios=scenarios)
+    assert fig.axes[2].get_title().endswith(scenarios["code"])
