@@ -21,8 +21,10 @@ there).
 Printed per scenario: the coverage of the 95% interval of the estimand (a trend: the least-squares
 slope of the mean curve over the grid plus the mean random slope; a U's minimum: x* of the smooth
 truth, among sweeps where P(U) clears 0.95 and the interval is bounded, as the claims print it), the
-rate of a false "supported" (null scenarios) or the power (effects). The last line reads
-`coverage_min <x> coverage_max <y> false_max <z>` over every coverage and every null scenario.
+rate of a false "supported" (null scenarios) or the power (effects); for a U truth also the rate of a
+false "contradicted" (evidence.u_verdict, the claims' whole rule). The last line reads
+`coverage_min <x> coverage_max <y> false_max <z>` over every coverage, every null scenario's false
+"supported" and every U truth's false "contradicted".
 
 The run-level noise defaults to the pilot evidence study's reference tables (docs/reference/pilot):
 the pooled residual sd of its runs' log perplexity about seed + budget effects, printed first.
@@ -42,6 +44,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.analysis.evidence import (
+    CONTRADICTED,
     LEVEL,
     P_U,
     SUPPORTED,
@@ -49,7 +52,7 @@ from pipeline.analysis.evidence import (
     rank_correlation,
     run_slope,
     t_interval,
-    u_runs,
+    u_verdict,
 )
 from pipeline.analysis.seeds import run_means
 
@@ -220,23 +223,28 @@ def rank_row(rng, pairs: int, rho: float, n: int) -> dict:
     return row("rank correlation", f"{pairs} runs, ρ = {rho:g}", covered / n, supported / n, null=rho == 0)
 
 
-def u_row(rng, d: Design, name: str, f, xstar: float | None, run_sd: float, hetero: bool, n: int) -> dict:
-    """The detector on the runs: false U (no interior minimum) or power, and for a U the coverage of
-    the minimum's interval where the claims print it (P(U) > P_U, bounded)."""
+def u_row(
+    rng, d: Design, name: str, f, xstar: float | None, run_sd: float, hetero: bool, n: int, tau: float = TAU
+) -> dict:
+    """A U claim's registered verdict on the runs (evidence.u_verdict): for a truth without an interior
+    minimum, the rate of a false "supported"; for a U, the power, the rate of a false "contradicted"
+    and the coverage of the minimum's interval where the claims print it (supported and bounded)."""
     x = d.budgets
-    cubes = simulate(rng, d, f(x), run_sd, hetero, 0.0, n)
-    found = printed = covered = 0
-    truth = None if xstar is None else float(d.tokens[0] * 2 ** (x[0] + xstar * (x[-1] - x[0])))
+    cubes = simulate(rng, d, f(x), run_sd, hetero, tau, n)
+    found = printed = covered = contradicted = 0
+    truth = None if xstar is None else float(d.tokens[0] * 2 ** (xstar * (x[-1] - x[0])))
     for cube in cubes:
-        fit = u_runs(d.tokens, run_means(cube))
-        if not fit.p_u > P_U:
+        fit, verdict = u_verdict(d.tokens, run_means(cube), P_U)
+        contradicted += verdict == CONTRADICTED
+        if verdict != SUPPORTED:
             continue
         found += 1
         if truth is not None and fit.bounded:
             printed += 1
             covered += fit.min_low <= truth <= fit.min_high
     coverage = covered / printed if printed >= MIN_PRINTED else math.nan
-    return row("U detector", name, coverage, found / n, null=xstar is None) | {"printed": printed}
+    extra = {"printed": printed, "contradicted": contradicted / n if xstar is not None else math.nan}
+    return row("U claim", name, coverage, found / n, null=xstar is None) | extra
 
 
 def main() -> None:
@@ -262,25 +270,33 @@ def main() -> None:
             rows.append(paired_row(rng, units, delta, run_sd, args.sweeps))
     for rho in (0.0, 0.5):
         rows.append(rank_row(rng, 21, rho, args.sweeps // 2))
+    nulls = (
+        ("flat", flat),
+        ("drop-plateau", drop_plateau),
+        ("saturating", saturating),
+        ("piecewise tuned", piecewise),
+    )
     for dname in ("pilot 3x7", "evidence 7x4"):
         d = DESIGNS[dname]
         for hetero in (False, True):
             tag = f"{dname}{', sd x3' if hetero else ''}"
-            for name, f in (("flat", flat), ("drop-plateau", drop_plateau), ("saturating", saturating),
-                            ("piecewise tuned", piecewise)):  # fmt: skip
+            for name, f in nulls:
                 rows.append(u_row(rng, d, f"{tag}: {name}", f, None, run_sd, hetero, args.u_sweeps))
             for label, shape in U_SHAPES.items():
                 f, xs = u_curve(*shape)
                 rows.append(u_row(rng, d, f"{tag}: {label}", f, xs, run_sd, hetero, args.u_sweeps))
-    print(f"{'statistic':<18} {'scenario':<44} {'coverage':>8} {'false':>6} {'power':>6}")
+        for name, f in nulls[:2]:  # low noise: the least favourable drop-then-flat curve is sharpest
+            rows.append(u_row(rng, d, f"{dname}, run sd 0.01: {name}", f, None, 0.01, False, args.u_sweeps))
+    print(f"{'statistic':<18} {'scenario':<48} {'coverage':>8} {'false':>6} {'power':>6}")
     for r in rows:
         cells = [("–" if not math.isfinite(r[k]) else f"{r[k]:.3f}") for k in ("coverage", "false", "power")]
-        extra = (
-            f"  (minimum printed in {r['printed']})" if "printed" in r and r["power"] == r["power"] else ""
-        )
-        print(f"{r['stat']:<18} {r['scenario']:<44} {cells[0]:>8} {cells[1]:>6} {cells[2]:>6}{extra}")
+        extra = ""
+        if "printed" in r and r["power"] == r["power"]:
+            extra = f"  (minimum printed in {r['printed']}; false contradicted {r['contradicted']:.3f})"
+        print(f"{r['stat']:<18} {r['scenario']:<48} {cells[0]:>8} {cells[1]:>6} {cells[2]:>6}{extra}")
     cov = [r["coverage"] for r in rows if math.isfinite(r["coverage"])]
     false = [r["false"] for r in rows if math.isfinite(r["false"])]
+    false += [r["contradicted"] for r in rows if math.isfinite(r.get("contradicted", math.nan))]
     print(f"{len(rows)} scenarios in {time.perf_counter() - t0:.0f} s")
     print(f"coverage_min {min(cov):.3f} coverage_max {max(cov):.3f} false_max {max(false):.3f}")
 

@@ -21,6 +21,7 @@ from pipeline.analysis.evidence import (
     trend,
     u_fit,
     u_note,
+    u_runs,
     ushape,
 )
 from pipeline.analysis.stats import deltas, fixed_rate_runs, tuned_table
@@ -96,8 +97,19 @@ def base_improves(t: StudyTables) -> list[Estimate]:
     return [trend(g, "log_ppl", f"{m}", -1) for (m,), g in _per(rows, ["model"])]
 
 
+def _branches(t: StudyTables) -> bool:
+    """The study's budgets are WSD branches of one stable run per seed (analysis/pretrain_runs.parquet)."""
+    if not t.has(layout.PRETRAIN_RUNS):
+        return False
+    runs = t.table(layout.PRETRAIN_RUNS)
+    return "schedule" in runs and bool((runs["schedule"] == "wsd").any())
+
+
 def gaussian_sensitivity(t: StudyTables) -> list[Estimate]:
-    return [trend(g, "delta_log", f"γ = {gamma:g}", +1) for (gamma,), g in _per(_gaussian(t), ["gamma"])]
+    branches = _branches(t)
+    return [
+        trend(g, "delta_log", f"γ = {gamma:g}", +1, branches) for (gamma,), g in _per(_gaussian(t), ["gamma"])
+    ]
 
 
 def gaussian_overtraining(t: StudyTables) -> list[Estimate]:
@@ -114,10 +126,11 @@ def gaussian_earlier(t: StudyTables) -> list[Estimate]:
     gammas = sorted(d["gamma"].unique())[-2:]
     if len(gammas) < 2:
         raise NoRows("fewer than two γ")
-    (smaller, covered, seeds), (larger, _, _) = (u_fit(d[d["gamma"] == g], "value") for g in gammas)
+    (b_s, runs_s, covered), (b_l, runs_l, _) = (u_fit(d[d["gamma"] == g], "value") for g in gammas)
     label = f"minimum at γ = {gammas[1]:g} / at γ = {gammas[0]:g}"
-    if seeds < 2:
+    if len(runs_s) < 2:
         return [not_computed(label, covered, ONE_RUN)]
+    smaller, larger = u_runs(b_s, runs_s), u_runs(b_l, runs_l)
     both = all(f.p_u > P_U and f.bounded for f in (smaller, larger))
     if both and larger.min_high < smaller.min_low:
         verdict = SUPPORTED
@@ -135,8 +148,9 @@ def gaussian_earlier(t: StudyTables) -> list[Estimate]:
 
 def finetune_sensitivity(t: StudyTables, column: str = "delta_log") -> list[Estimate]:
     """Per (task, LR): the trend of the degradation, relative (`delta_log`) or absolute (`delta`)."""
+    branches = _branches(t)
     return [
-        trend(g, column, f"{task}, LR {_lr(lr)}", +1)
+        trend(g, column, f"{task}, LR {_lr(lr)}", +1, branches)
         for (task, lr), g in _per(_finetuned(t), ["task", "learning_rate"])
     ]
 
@@ -152,12 +166,15 @@ def unigram_ppl(t: StudyTables) -> float:
 
 
 def degenerate(rows: pd.DataFrame, unigram: float) -> pd.Series:
-    """Per (task, learning rate): the largest run-mean pre-training perplexity after fine-tuning where
-    it exceeds the unigram model's (the registered exclusion rule: such a rate has destroyed more than
-    pre-training's context, and its curve says nothing about overtraining)."""
-    worst = rows.groupby(["task", "learning_rate", "pretrain_seed", "budget"])["value"].mean()
-    worst = worst.groupby(level=["task", "learning_rate"]).max()
-    return worst[worst > unigram]
+    """Per (task, learning rate): the mean over the runs at the smallest budget of the pre-training
+    perplexity after fine-tuning, where it exceeds the unigram model's (the registered exclusion
+    rule: such a rate destroys more than pre-training's context, so its curve says nothing about
+    overtraining). Read at the smallest budget so that an upturn at the large budgets, the effect
+    the U claims test, cannot remove its own setting."""
+    first = rows[rows["budget"] == rows["budget"].min()]
+    runs = first.groupby(["task", "learning_rate", "pretrain_seed"], dropna=False)["value"].mean()
+    at_first = runs.groupby(level=["task", "learning_rate"]).mean()
+    return at_first[at_first > unigram]
 
 
 def finetune_overtraining(t: StudyTables) -> list[Estimate]:
@@ -181,8 +198,8 @@ def finetune_overtraining(t: StudyTables) -> list[Estimate]:
         not_computed(
             f"{task}, LR {_lr(lr)}",
             "–",
-            f"excluded by the registered rule: pre-training perplexity after fine-tuning reaches "
-            f"{ppl:.0f}, above the unigram model's {unigram:.0f}",
+            f"excluded by the registered rule: pre-training perplexity after fine-tuning "
+            f"{ppl:.0f} at the smallest budget, above the unigram model's {unigram:.0f}",
         )
         for (task, lr), ppl in out.items()
     ]
@@ -197,6 +214,8 @@ def tuned_overtraining(t: StudyTables) -> list[Estimate]:
     tuned = _tuned_runs(t)
     pre = tuned[(tuned["eval_data"] == "pretrain") & (tuned["metric"] == "ppl")]
     settings = _per(pre, ["task"])
+    if not settings:
+        raise NoRows(f"no rows for the pre-training perplexity at the tuned rate in study {t.study!r}")
     level = 1 - (1 - P_U) / len(settings)
     return [ushape(g, "value", f"{task}", level) for (task,), g in settings]
 
@@ -306,16 +325,25 @@ def _tuned_pretrain(t: StudyTables, method: str) -> pd.Series:
     return pre.set_index(["task", "checkpoint"])["value"]
 
 
+def _seeds(t: StudyTables) -> int:
+    """The study's pre-training seeds: with two or more, an interval over its runs covers
+    pre-training variance (a run-level unit); with one, every run shares that seed's randomness."""
+    return int(t.metrics("pre-training seeds", modification="none")["pretrain_seed"].nunique())
+
+
+def _runs_n(count: int, t: StudyTables, what: str) -> str:
+    seeds = _seeds(t)
+    return (
+        f"{count} pre-training runs (checkpoints; {seeds} pre-training seed{'s' if seeds != 1 else ''}){what}"
+    )
+
+
 def replay_forgets_less(t: StudyTables) -> list[Estimate]:
     sft, replay = _tuned_pretrain(t, "sft"), _tuned_pretrain(t, "replay")
     pairs = np.log(replay).sub(np.log(sft)).dropna()
     return [
         mean_difference(
-            g.to_numpy(),
-            f"{task}",
-            -1,
-            f"{len(g)} pre-training runs (checkpoints), at each method's tuned rate",
-            True,
+            g.to_numpy(), f"{task}", -1, _runs_n(len(g), t, ", at each method's tuned rate"), _seeds(t) >= 2
         )
         for task, g in pairs.groupby(level="task", sort=True)
     ]
@@ -334,14 +362,14 @@ def wise_ft_forgets_less(t: StudyTables, alpha: float = 0.5) -> list[Estimate]:
         raise NoRows(f"no rows for WiSE-FT at α = {alpha} and 1 in study {t.study!r}")
     out = []
     for method in sorted(pairs["modification"].unique()):
-        tuned = _tuned(t, method).drop_duplicates(["checkpoint", "task"])[
-            ["checkpoint", "task", "learning_rate"]
-        ]
-        at = pairs.merge(tuned, on=["checkpoint", "task", "learning_rate"])
+        tuned = _tuned(t, method).drop_duplicates(["checkpoint", "task", "lambda_reg"])
+        keys = ["checkpoint", "task", "lambda_reg", "learning_rate"]
+        at = pairs[pairs["modification"] == method].merge(tuned[keys], on=keys)
+        at = at[at["lambda_reg"] == at["lambda_reg"].min()]  # the plain method (λ = 0 where it ran)
         runs = at.groupby(["task", "checkpoint"])["diff"].mean()
         for task, g in runs.groupby(level="task", sort=True):
-            n = f"{len(g)} pre-training runs (checkpoints) at {method}'s tuned rate, its seeds averaged"
-            out.append(mean_difference(g.to_numpy(), f"{method}, {task}", -1, n, True))
+            n = _runs_n(len(g), t, f" at {method}'s tuned rate, its seeds averaged")
+            out.append(mean_difference(g.to_numpy(), f"{method}, {task}", -1, n, _seeds(t) >= 2))
     return out
 
 
@@ -384,7 +412,9 @@ def _ntk_pairs(t: StudyTables, y: pd.Series, what: str, sign: int) -> list[Estim
         xs, ys = kappa.loc[task].align(y.loc[task], join="inner")
         n = f"{len(xs)} checkpoints (budgets x pre-training seeds)"
         out.append(
-            rank_correlation(np.log(xs.to_numpy()), ys.to_numpy(), f"{task}: κ vs {what}", sign, n, True)
+            rank_correlation(
+                np.log(xs.to_numpy()), ys.to_numpy(), f"{task}: κ vs {what}", sign, n, _seeds(t) >= 2
+            )
         )
     if not out:
         raise NoRows(f"no rows for a task with both the NTK and {what} in study {t.study!r}")
@@ -432,8 +462,9 @@ def vlm_above_chance(t: StudyTables, level: str = "best") -> list[Estimate]:
     out = []
     for (task,), g in _per(score, ["task"]):
         per_run = g.groupby("checkpoint")["value"].mean() - floor
-        n = f"{len(per_run)} pre-training runs (checkpoints) at the tuned rate, stage-2 seeds averaged"
-        out.append(mean_difference(per_run.to_numpy(), f"{task} ({level} blind {floor:.1f})", +1, n, True))
+        n = _runs_n(len(per_run), t, " at the tuned rate, stage-2 seeds averaged")
+        label = f"{task} ({level} blind {floor:.1f})"
+        out.append(mean_difference(per_run.to_numpy(), label, +1, n, _seeds(t) >= 2))
     return out
 
 

@@ -80,6 +80,8 @@ def _inner_name(rows: pd.DataFrame) -> str:
 
 def design(cube: np.ndarray, rows: pd.DataFrame) -> str:
     """n at the run level, in words: the unit, the runs, and the inner seeds averaged in each."""
+    if not cube.size:
+        return "no runs"
     runs = run_means(cube)
     n_runs, (P, K) = int(np.isfinite(runs).sum()), runs.shape
     inner = int(np.max(np.sum(np.isfinite(cube).any(axis=2), axis=1)))
@@ -107,17 +109,24 @@ def _slope(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return b, float(r @ r)
 
 
-def run_slope(x: np.ndarray, runs: np.ndarray) -> tuple[float, float, int, str]:
+def run_slope(x: np.ndarray, runs: np.ndarray, min_budgets: int = 3) -> tuple[float, float, int, str]:
     """(slope, se, df, reason) of runs (pre-training seeds x budgets) against x: the mean of each
-    seed's slope with its standard error over the seeds; with one seed, the slope of its runs with the
-    se from their scatter about the line. NaN and a reason where the design cannot give one."""
-    fits = [_slope(x[ok], r[ok]) for r in runs if (ok := np.isfinite(r)).sum() >= 3]
+    seed's slope (over its `min_budgets` or more finite budgets; 2 give a valid two-point slope, the
+    t over seeds needing no scatter within one) with its standard error over the seeds; with one
+    seed, the slope of its runs with the se from their scatter about the line (3 budgets or more).
+    NaN and a reason where the design cannot give one."""
+    fits = [_slope(x[ok], r[ok]) for r in runs if (ok := np.isfinite(r)).sum() >= min_budgets]
     if len(runs) >= 2:
         if len(fits) < 2:
-            return math.nan, math.nan, 0, "fewer than 2 pre-training seeds with 3 or more budgets"
+            return (
+                math.nan,
+                math.nan,
+                0,
+                f"fewer than 2 pre-training seeds with {min_budgets} or more budgets",
+            )
         slopes = np.array([b for b, _ in fits])
         return float(slopes.mean()), float(slopes.std(ddof=1) / math.sqrt(len(slopes))), len(slopes) - 1, ""
-    ok = np.isfinite(runs[0])
+    ok = np.isfinite(runs[0]) if len(runs) else np.zeros(0, bool)
     if len(fits) < 1 or ok.sum() < 3:
         return math.nan, math.nan, 0, f"{int(ok.sum())} budget(s) with a finite value: a trend needs 3"
     (b, rss), xs = fits[0], x[ok]
@@ -125,10 +134,19 @@ def run_slope(x: np.ndarray, runs: np.ndarray) -> tuple[float, float, int, str]:
     return b, math.sqrt(rss / df / float(((xs - xs.mean()) ** 2).sum())), df, ""
 
 
-def trend(rows: pd.DataFrame, value: str, label: str, sign: int) -> Estimate:
+BRANCHES = (
+    "one pre-training seed of WSD branches: its budgets are decays of one stable run, not separate "
+    "runs, so their scatter about a line is no run-level interval"
+)
+
+
+def trend(rows: pd.DataFrame, value: str, label: str, sign: int, branches: bool = False) -> Estimate:
     """The change of `value` per doubling of pre-training tokens, the pre-training run as the unit
     (run_slope; module docstring), with its 95% t-interval, verdict for the claimed direction `sign`
-    and the slope it detects with 80% power."""
+    and the slope it detects with 80% power. `branches`: the budgets of a seed are WSD branches of
+    one stable run (a t over seeds still holds; one seed's scatter does not)."""
+    if rows.empty:
+        return not_computed(label, "no runs", "no rows")
     budgets, cube, _, _ = seed_cube(rows, value)
     n = design(cube, rows)
     if len(budgets) < 3:
@@ -137,6 +155,8 @@ def trend(rows: pd.DataFrame, value: str, label: str, sign: int) -> Estimate:
     if finite.size and np.ptp(finite) <= 1e-12 * max(1.0, float(np.abs(finite).max())):
         return not_computed(label, n, "the metric is constant")
     runs = run_means(cube)
+    if branches and len(runs) < 2:
+        return not_computed(label, n, BRANCHES)
     point, se, df, reason = run_slope(np.log2(budgets), runs)
     if reason:
         return not_computed(label, n, reason)
@@ -163,13 +183,11 @@ def u_runs(budgets: np.ndarray, runs: np.ndarray, level: float = LEVEL) -> UShap
     return u_shape(tokens.ravel(), runs.ravel(), unit.ravel(), level)
 
 
-def u_fit(rows: pd.DataFrame, value: str) -> tuple[UShape, str, int]:
-    """The U-shape detector (pipeline/analysis/inflection.py) on log(`value`) against tokens over the
-    runs (each run's inner seeds averaged), its pre-training seeds as paired units; what it was
-    computed over; and the number of pre-training seeds."""
+def u_fit(rows: pd.DataFrame, value: str) -> tuple[np.ndarray, np.ndarray, str]:
+    """(budgets, runs, what they are) for the U-shape detector: log(`value`) of each run (its inner
+    seeds averaged), pre-training seeds x budgets."""
     budgets, cube, _, _ = seed_cube(rows, value)
-    runs = np.log(run_means(cube))
-    return u_runs(budgets, runs), design(cube, rows), len(runs)
+    return budgets, np.log(run_means(cube)), design(cube, rows)
 
 
 ONE_RUN = (
@@ -178,18 +196,41 @@ ONE_RUN = (
 )
 
 
-def ushape(rows: pd.DataFrame, value: str, label: str, level: float = P_U) -> Estimate:
-    """`u_fit`'s P(U) and its verdict: supported when P(U) > `level`; contradicted when the curve
-    reliably falls at its largest budgets (the run-level slope over the upper half of the budgets has a
-    95% interval below 0) and the detector's minimum is not inside the grid; not reached within the
-    budgets when the curve still falls at its end short of that; otherwise not established. The
-    detectable effect is the rise (log units) between two of the upper budgets found with 80% power."""
-    fit, n, seeds = u_fit(rows, value)
-    if seeds < 2:
-        return not_computed(label, n, ONE_RUN)
+def u_verdict(budgets: np.ndarray, runs: np.ndarray, level: float = P_U) -> tuple[UShape, str]:
+    """The detector on runs (pre-training seeds x budgets, on the analysed scale) and a U claim's
+    verdict by its registered rule: supported when P(U) > `level`; contradicted when the curve
+    reliably falls at its largest budgets (the run-level slope over the upper half of the budgets,
+    the median budget included, has a 95% interval below 0) and the minimum's interval lies wholly at
+    or beyond the largest budget; not reached within the budgets when the upper half's slope is
+    negative and the minimum's estimate is at the largest budget, short of that; otherwise not
+    established; not computed where the detector is."""
+    budgets = np.asarray(budgets, float)
+    fit = u_runs(budgets, runs)
     if not math.isfinite(fit.p_u):
+        return fit, NOT_COMPUTED
+    if fit.p_u > level:
+        return fit, SUPPORTED
+    upper = slice((len(budgets) - 1) // 2, len(budgets))
+    slope, se, df, reason = run_slope(np.log2(budgets[upper]), runs[:, upper], min_budgets=2)
+    top = budgets[-1] * (1 - 1e-9)
+    if not reason and se > 0 and t_interval(slope, se, df)[1] < 0 and fit.min_low >= top:
+        return fit, CONTRADICTED
+    if slope < 0 and fit.min_tokens >= top:
+        return fit, NOT_REACHED
+    return fit, NOT_ESTABLISHED
+
+
+def ushape(rows: pd.DataFrame, value: str, label: str, level: float = P_U) -> Estimate:
+    """`u_verdict` on the rows' runs (log `value`), with P(U), the minimum where it clears `level`
+    and the rise between two of the upper budgets the design finds with 80% power."""
+    if rows.empty:
+        return not_computed(label, "no runs", "no rows")
+    budgets, runs, n = u_fit(rows, value)
+    if len(runs) < 2:
+        return not_computed(label, n, ONE_RUN)
+    fit, verdict = u_verdict(budgets, runs, level)
+    if verdict == NOT_COMPUTED:
         return not_computed(label, n, fit.reason)
-    verdict = SUPPORTED if fit.p_u > level else _no_u_verdict(rows, value, label, fit)
     return Estimate(
         label,
         float(fit.p_u),
@@ -201,14 +242,6 @@ def ushape(rows: pd.DataFrame, value: str, label: str, level: float = P_U) -> Es
         detectable=detectable_rise(fit, level, POWER),
         pretraining_variance=True,
     )
-
-
-def _no_u_verdict(rows: pd.DataFrame, value: str, label: str, fit: UShape) -> str:
-    upper = rows[rows["budget"] >= rows["budget"].median()].assign(_log=lambda r: np.log(r[value]))
-    top = trend(upper, "_log", label, -1)
-    if top.verdict == SUPPORTED and fit.min_tokens >= rows["budget"].max():
-        return CONTRADICTED
-    return NOT_REACHED if top.value < 0 else NOT_ESTABLISHED
 
 
 def u_note(fit: UShape, level: float = P_U) -> str:
@@ -242,7 +275,9 @@ def rank_correlation(x: np.ndarray, y: np.ndarray, label: str, sign: int, n: str
     z, se = math.atanh(float(np.clip(point, -0.9999, 0.9999))), math.sqrt((1 + point**2 / 2) / (len(x) - 3))
     q = float(norm.ppf((1 + LEVEL) / 2))
     low, high = math.tanh(z - q * se), math.tanh(z + q * se)
-    rho_d = math.tanh((q + float(norm.ppf(POWER))) / math.sqrt(len(x) - 3))
+    rho_d = 0.0
+    for _ in range(50):  # atanh(ρ) = (q + z_power) sqrt((1 + ρ²/2) / (n - 3)): a contraction in ρ
+        rho_d = math.tanh((q + float(norm.ppf(POWER))) * math.sqrt((1 + rho_d**2 / 2) / (len(x) - 3)))
     return Estimate(label, point, low, high, n, interval_verdict(low, high, sign), "", rho_d, runs)
 
 

@@ -35,17 +35,22 @@ class StudyTables:
 
     def path(self, rel: str) -> Path:
         """A declared table's file, or NoRows where the study lacks it."""
-        if self.declared is not None and rel not in self.declared:
-            raise UndeclaredTable(f"claim {self.reader!r} reads {rel}, which its record does not declare")
+        self._check(rel)
         path = self.root / rel
         if not path.is_file():
             raise NoRows(f"no rows for {rel} of study {self.study!r} (run it: docs/findings.md says how)")
         return path
 
+    def _check(self, rel: str) -> None:
+        if self.declared is not None and rel not in self.declared:
+            raise UndeclaredTable(f"claim {self.reader!r} reads {rel}, which its record does not declare")
+
     def has(self, rel: str) -> bool:
+        self._check(rel)
         return (self.root / rel).is_file()
 
     def table(self, rel: str) -> pd.DataFrame:
+        self._check(rel)
         if rel not in self._cache:
             self._cache[rel] = pd.read_parquet(self.path(rel))
         return self._cache[rel]

@@ -197,3 +197,22 @@ def test_a_claim_reads_only_the_tables_its_record_declares(tmp_path):
         evaluate(sneaky, tables)
     assert set(tables_read()) == {t for c in CLAIMS for t in c.tables}
     assert layout.REFERENCE_PPL in tables_read() and len(tables_read()) == len(set(tables_read()))
+
+
+def test_a_four_budget_design_decides_a_falling_curve():
+    """The registered evidence design has 4 budgets: the upper half keeps the median budget (3 of 4), a
+    two-point slope per seed is a valid unit, so a curve falling reliably at its end is contradicted,
+    and one whose fall is uncertain but whose minimum sits at the largest budget is not reached."""
+    from pipeline.analysis.evidence import u_verdict
+
+    rng = np.random.default_rng(0)
+    tokens = np.array([1e6, 2e6, 4e6, 8e6])
+    x = np.log2(tokens / 1e6)
+    falling = -0.2 * x + rng.normal(0, 0.01, (7, 4)) + rng.normal(0, 0.05, (7, 1))
+    assert u_verdict(tokens, falling)[1] == CONTRADICTED
+    barely = -0.3 * 2.0 ** (-2 * x) - 0.004 * x + rng.normal(0, 0.02, (7, 4))
+    assert u_verdict(tokens, barely)[1] in (NOT_REACHED, NOT_ESTABLISHED)
+    assert (
+        trend(pd.DataFrame(columns=["budget", "value", "pretrain_seed"]), "value", "x", +1).verdict
+        == NOT_COMPUTED
+    )
