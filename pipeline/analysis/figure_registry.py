@@ -16,7 +16,10 @@ from pipeline.analysis.verdicts import P_U
 # What a curve's band and its inflection marker mean: one text for the figures' legends
 # (pipeline/analysis/sweep_figures.py) and the report captions (the rules' `params.legend`).
 RUN_BAND = "95% t-band over the pre-training seeds"
-MARKS = f"★ where the U test's P(U) > {P_U} (the claims' rule); ○ with its P(U) where it is not"
+MARKS = (
+    f"★ where the U test's P(U) clears its claim's level ({P_U}, Bonferroni over a claim's settings); "
+    "○ with its P(U) where it does not"
+)
 LEGEND = {"band": RUN_BAND, "marks": MARKS}
 
 STAGES = (

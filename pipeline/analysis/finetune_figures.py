@@ -20,6 +20,7 @@ from pipeline.analysis.sweep_figures import (
     reference_lines,
     token_axis,
 )
+from pipeline.analysis.verdicts import P_U
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -124,7 +125,8 @@ def plot_fixed_lr(
             & (inflection["eval_data"] == "pretrain")
             & inflection["learning_rate"].isin(keep)
         ]
-        mark_inflections(row[1], im, p, "learning_rate", palette)
+        settings = sft[sft["eval_data"] == "pretrain"].groupby(["task", "learning_rate"]).ngroups
+        mark_inflections(row[1], im, p, "learning_rate", palette, 1 - (1 - P_U) / max(settings, 1))
         row[0].set_title(f"{model} · {task}: progressive sensitivity")
         row[1].set_title(f"{model} · {task}: pre-training ppl (★ inflection)")
         row[2].set_title(f"{model} · {task}: in-domain ppl")

@@ -47,15 +47,16 @@ def reference_lines(ax: plt.Axes, reference: pd.DataFrame | None) -> None:
 
 
 def mark_inflections(
-    ax: plt.Axes, inflection: pd.DataFrame, curves: pd.DataFrame, hue: str, palette: dict
+    ax: plt.Axes, inflection: pd.DataFrame, curves: pd.DataFrame, hue: str, palette: dict, level: float = P_U
 ) -> None:
     """Each setting's Definition 4.2 inflection budget on its curve (rows of analysis.inflection_table;
     curves: rows with columns `hue`, budget, mean): a ★ where the U-shape test clears its level
-    (P(U) > P_U, the claims' rule), elsewhere an open circle labelled with its P(U)."""
+    (P(U) > `level`: the claim's, Bonferroni over its settings where it has several), elsewhere an
+    open circle labelled with its P(U)."""
     for _, r in inflection[np.isfinite(inflection["inflection_budget"])].iterrows():
         at_inflection = curves[(curves[hue] == r[hue]) & (curves["budget"] == r["inflection_budget"])]
         y = at_inflection["mean" if "mean" in at_inflection else "value"].mean()
-        if r["p_u"] > P_U:
+        if r["p_u"] > level:
             ax.plot(r["inflection_budget"], y, marker="*", ms=16, color=palette[r[hue]], mec="k", zorder=5)
             continue
         ax.plot(r["inflection_budget"], y, marker="o", ms=10, mfc="none", mec=palette[r[hue]], zorder=5)
