@@ -51,6 +51,7 @@ rule figures:
         metrics=study_path(layout.METRICS),
         deltas=study_path("analysis/deltas.parquet"),
         inflection=study_path(layout.INFLECTION),
+        reference=reference_ppl,
     output:
         **figure_outputs("figures"),
     log:

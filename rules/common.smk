@@ -174,6 +174,11 @@ def coverage_task_tables(wildcards):
     return targets.coverage_task_tables(config)
 
 
+def reference_ppl(wildcards):
+    """The study's reference perplexities (unigram, uniform), where it pre-trains; none for hub checkpoints."""
+    return targets.reference_ppl(config, CHECKPOINTS)
+
+
 def findings_inputs(wildcards):
     return targets.findings_inputs(config, CHECKPOINTS)
 

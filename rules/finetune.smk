@@ -145,6 +145,7 @@ rule finetune_figures:
         inflection=study_path(layout.INFLECTION),
         tuned=study_path(layout.FINETUNE_TUNED),
         optimal_lr=study_path("analysis/finetune_optimal_lr.parquet"),
+        reference=reference_ppl,
     output:
         **figure_outputs("finetune_figures"),
     log:

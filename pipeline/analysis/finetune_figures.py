@@ -3,6 +3,7 @@ rate with the optimal LR vs tokens (Figures 6, 34), and weight distance vs LR (F
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -208,9 +209,8 @@ def plot_tuned(
         row[0].set_title(f"{model} · {task}: pre-training ppl, tuned LR")
         row[1].set_title(f"{model} · {task}: in-domain ppl, tuned LR")
         scenario = (scenarios or {}).get(task)
-        row[2].set_title(
-            f"{model} · {task}: optimal LR vs tokens" + (f"\n{scenario}" if scenario else ""), fontsize=9
-        )
+        wrapped = f"\n{textwrap.fill(scenario, 70)}" if scenario else ""
+        row[2].set_title(f"{model} · {task}: optimal LR vs tokens{wrapped}", fontsize=9)
     return save_figure(fig, stem, formats)
 
 

@@ -300,6 +300,11 @@ def metric_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
     )
 
 
+def reference_ppl(config: dict, checkpoints: Checkpoints) -> list[str]:
+    """data/reference_ppl.parquet where the study pre-trains (its training targets make the unigram)."""
+    return [path(config, layout.REFERENCE_PPL)] if pretrain_dirs(config, checkpoints) else []
+
+
 def findings_inputs(config: dict, checkpoints: Checkpoints) -> list[str]:
     """The tables of this study that the registered claims read (their records declare them,
     pipeline/analysis/claims.py), those this study makes."""
@@ -308,7 +313,7 @@ def findings_inputs(config: dict, checkpoints: Checkpoints) -> list[str]:
         layout.METRICS: True,
         layout.FINETUNE_TUNED: finetune_enabled(config),
         layout.PRETRAIN_RUNS: pretrain,
-        layout.REFERENCE_PPL: pretrain,
+        layout.REFERENCE_PPL: bool(reference_ppl(config, checkpoints)),
         layout.TOKEN_COVERAGE: pretrain and bool(coverage_task_tables(config)),
         layout.VLM_DATA: bool(vlm_tasks(config)),
         layout.THEORY_METRICS: theory_enabled(config),

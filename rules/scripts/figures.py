@@ -22,5 +22,6 @@ plot_progressive_sensitivity(
     infl,
     Path(snakemake.output.progressive_sensitivity[0]).with_suffix(""),
     formats,
+    pd.read_parquet(snakemake.input.reference[0]) if snakemake.input.reference else None,
 )
 plot_inflection(infl, Path(snakemake.output.inflection_point[0]).with_suffix(""), formats)
