@@ -14,9 +14,9 @@ see the cube exactly as a claim does: each run's inner seeds averaged, then run_
 mean_difference / rank_correlation, the very functions the claims call.
 
 Designs: the pilot evidence study (3 pre-training seeds x 7 budgets sqrt(2) apart, 3 inner seeds),
-the registered evidence study (7 seeds x 4 budgets 2x apart, 1 fine-tuning seed: docs/evidence-
-design.md), and the default study (1 seed x 4 budgets 2x apart: a trend only; a U is not computed
-there).
+the registered evidence study (7 seeds x 4 budgets 2x apart, 1 fine-tuning seed:
+docs/evidence-design.md), and the default study (1 seed x 4 budgets 2x apart: a trend only; a U is
+not computed there).
 
 Printed per scenario: the coverage of the 95% interval of the estimand (a trend: the least-squares
 slope of the mean curve over the grid plus the mean random slope; a U's minimum: x* of the smooth

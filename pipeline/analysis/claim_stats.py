@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -559,3 +560,11 @@ def transfer_exact(t: StudyTables) -> list[Estimate]:
             )
         )
     return out
+
+
+def compute(name: str) -> Callable[[StudyTables], list[Estimate]]:
+    """The function of this module a claim record names (claims.Claim.compute)."""
+    fn = globals().get(name)
+    if not callable(fn):
+        raise KeyError(f"pipeline/analysis/claim_stats.py has no claim function {name!r}")
+    return fn

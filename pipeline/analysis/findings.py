@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from pipeline.analysis.claims import CLAIMS, Claim, Finding, evaluate, tables_read
+from pipeline.analysis.stats import SCENARIO_CLAIMS, figure7_scenario
 from pipeline.analysis.study_tables import StudyTables
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -202,8 +203,6 @@ def study_findings(study_dir: Path, study: str) -> str:
 def figure7_scenarios(tables: StudyTables) -> dict[str, str]:
     """Per task: its Figure 7 scenario as the registered claims decide it on `tables`
     (stats.figure7_scenario), the label of the tuned-rate figure's optimal-LR panel."""
-    from pipeline.analysis.stats import SCENARIO_CLAIMS, figure7_scenario
-
     by_task: dict[str, dict[str, str]] = {}
     for part, key in SCENARIO_CLAIMS.items():
         claim = next(c for c in CLAIMS if c.key == key)
