@@ -41,9 +41,9 @@ def seed_cube(rows: pd.DataFrame, value: str) -> tuple[np.ndarray, np.ndarray, l
 
 
 def cube_mean(cube: np.ndarray) -> np.ndarray:
-    """Per budget: the mean over pre-training seeds of the mean over the seeds within each."""
+    """Per budget: the mean over pre-training seeds of their runs' means (`run_means`)."""
     with _quiet():
-        return np.nanmean(np.nanmean(cube, axis=1), axis=0)
+        return np.nanmean(run_means(cube), axis=0)
 
 
 def run_means(cube: np.ndarray) -> np.ndarray:
