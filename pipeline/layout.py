@@ -29,6 +29,9 @@ PRETRAIN_RUN = "pretrain/{model}/seed{pretrain_seed}/{budget}"
 # WSD (pretrain.schedule): the stable run's training state at a branch step, where a budget's decay
 # starts (pipeline/workflow/pretrain_sweep.py)
 PRETRAIN_STABLE = "pretrain/{model}/seed{pretrain_seed}/stable/step{step}"
+# WSD with pretrain.stable_twins: the stable run's weights at a budget's tokens, as a checkpoint (the
+# budget's undecayed twin)
+PRETRAIN_STABLE_TWIN = "pretrain/{model}/seed{pretrain_seed}/stable/{budget}"
 PERTURB_PART = "perturb/{checkpoint}.parquet"
 LM_EVAL_PART = "lm_eval/{checkpoint}.parquet"
 TASK_TABLE = "data/tasks/{task}.parquet"
@@ -74,6 +77,8 @@ VLM_PROJECTOR = "finetune/{checkpoint}/{task}/projector.pt"
 VLM_HF = "finetune/{checkpoint}/{task}/{method}/lr{lr}_lam{lam}_seed{seed}.hf"
 METRICS = "metrics.parquet"
 INFLECTION = "analysis/inflection.parquet"
+# pretrain.stable_twins: the WSD stable twins' rows (the metrics table holds the study's own runs)
+STABLE_TWIN_METRICS = "analysis/stable_twin_metrics.parquet"
 PRETRAIN_RUNS = "analysis/pretrain_runs.parquet"  # one row per pre-training run: seed, budget, epochs, ...
 FINDINGS = "findings.md"  # every registered claim on this study's tables (pipeline/analysis/claims.py)
 FINETUNE_TUNED = "analysis/finetune_tuned.parquet"

@@ -31,6 +31,7 @@ METRIC_COLUMNS: dict[str, pa.DataType] = {
     "budget": pa.float64(),  # pre-training budget in `budget_unit`
     "budget_unit": pa.string(),  # tokens | feature_index (theory track)
     "pretrain_seed": pa.int64(),  # seed of the pre-training run (null: a hub / local checkpoint)
+    "schedule_phase": pa.string(),  # decayed | stable: the LR annealed at the checkpoint? (null: unknown)
     "modification": pa.string(),  # none | gaussian | sft | ...
     "gamma": pa.float64(),  # Gaussian perturbation scale (relative to init std)
     "task": pa.string(),  # fine-tuning task
@@ -102,6 +103,7 @@ def aggregate_metrics(parts: Iterable[str | Path], provenance: Mapping[str, str]
     """Concatenate per-job metric files and stamp provenance columns."""
     frames = [pd.read_parquet(p) for p in parts]
     df = pd.concat(frames, ignore_index=True) if frames else metrics_frame([])
+    df = df.reindex(columns=list(METRIC_COLUMNS))  # a column added since a part was written: null there
     for col in PROVENANCE_COLUMNS:
         df[col] = provenance[col]
     table = pa.Table.from_pandas(df[list(SCHEMA.names)], schema=SCHEMA, preserve_index=False)

@@ -3,13 +3,36 @@
 
 rule metrics:
     input:
-        targets.metric_parts(config, CHECKPOINTS),
+        targets.metric_parts(config, MAIN_CHECKPOINTS),
     output:
         study_path(layout.METRICS),
     log:
         study_path("logs/metrics.log"),
     benchmark:
         study_path("benchmarks/metrics.tsv")
+    conda:
+        "../envs/overtrain.yaml"
+    threads: 1
+    resources:
+        **fixed_resources(2000, 10),
+    params:
+        config=provenance_config(config),
+        repo=workflow.basedir,
+    script:
+        "scripts/metrics.py"
+
+
+# pretrain.stable_twins: the twins' rows apart, so every table and figure above holds the study's own
+# runs and the schedule claims read the twins beside them (docs/findings.md)
+rule stable_twin_metrics:
+    input:
+        targets.metric_parts(config, targets.stable_twins(CHECKPOINTS)),
+    output:
+        study_path(layout.STABLE_TWIN_METRICS),
+    log:
+        study_path("logs/stable_twin_metrics.log"),
+    benchmark:
+        study_path("benchmarks/stable_twin_metrics.tsv")
     conda:
         "../envs/overtrain.yaml"
     threads: 1

@@ -78,6 +78,7 @@ if workflow.is_main_process and finetune_enabled(config) and finetune_search(con
     logger.info(targets.search_bound(config, CHECKPOINTS))  # a dry run shows the search's cost
 if workflow.is_main_process and config["checkpoints"]["source"] == "sweep":
     logger.info(pretrain_sweep.sweep_cost(config))  # a dry run shows the sweep's cost
+MAIN_CHECKPOINTS = targets.main_checkpoints(CHECKPOINTS)  # without the WSD stable twins
 DEVICE = config["device"]
 FORMATS = config["analysis"]["figure_formats"]
 
@@ -128,6 +129,11 @@ def wsd_decay_input(wildcards):
 def wsd_stable_input(wildcards):
     """The stable state a stable segment goes on from (none for the first)."""
     return pretrain_sweep.stable_inputs(config, wildcards.model, wildcards.pretrain_seed, int(wildcards.step))
+
+
+def wsd_twin_input(wildcards):
+    """The stable state at a budget's last step, which its stable twin's checkpoint holds."""
+    return pretrain_sweep.twin_inputs(config, wildcards.model, wildcards.pretrain_seed, int(wildcards.budget))
 
 
 def preset_resources(stage, ranks=1):

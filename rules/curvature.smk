@@ -31,7 +31,7 @@ rule curvature:
 
 rule curvature_lines:
     input:
-        targets.curvature_line_parts(config, CHECKPOINTS),
+        targets.curvature_line_parts(config, MAIN_CHECKPOINTS),
     output:
         lines=study_path(layout.CURVATURE_LINES),
         summary=study_path(layout.CURVATURE_SUMMARY),

@@ -216,7 +216,7 @@ rule lr_search_setting:
 
 rule lr_search:
     input:
-        targets.search_finals(config, CHECKPOINTS),
+        targets.search_finals(config, MAIN_CHECKPOINTS),
     output:
         path=study_path(layout.LR_SEARCH),
         cost=study_path(layout.LR_SEARCH_COST),

@@ -1,7 +1,7 @@
 # The pre-training sweep: one run per (model preset, pre-training seed, token budget), cosine to zero
 # at the budget; or, with pretrain.schedule: wsd, one stable run per (preset, seed) cut at the
-# budgets' branch steps (rule pretrain_stable) and each budget's decay from there (rule pretrain).
-# Code: pipeline/train/pretrain.py (train/ runs pre-training and fine-tuning alike); the WSD DAG:
+# budgets' branch steps (rule pretrain_stable) and each budget's decay from there (rule pretrain);
+# with pretrain.stable_twins, each budget's undecayed twin too (rule pretrain_stable_twin). Code: pipeline/train/pretrain.py (train/ runs pre-training and fine-tuning alike); the WSD DAG:
 # pipeline/workflow/pretrain_sweep.py.
 
 
@@ -55,3 +55,25 @@ rule pretrain_stable:
         device=DEVICE,
     script:
         "scripts/pretrain_stable.py"
+
+
+rule pretrain_stable_twin:
+    input:
+        unpack(wsd_twin_input),
+        tokens=pretrain_tokens(),
+        tokenizer=study_path(layout.TOKENIZER),
+    output:
+        directory(study_path(layout.PRETRAIN_STABLE_TWIN)),
+    log:
+        study_path("logs/pretrain/{model}-{budget}-s{pretrain_seed}-stable.log"),
+    benchmark:
+        study_path("benchmarks/pretrain/{model}-{budget}-s{pretrain_seed}-stable.tsv")
+    conda:
+        "../envs/overtrain.yaml"
+    threads: 1
+    resources:
+        **preset_resources("perturb") | {"gpu": 0},  # one model on the host, no training
+    params:
+        hp=pretrain_params(config),
+    script:
+        "scripts/pretrain_stable_twin.py"

@@ -7,10 +7,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pipeline.layout import PRETRAIN_RUN, study_path
+from pipeline.layout import PRETRAIN_RUN, PRETRAIN_STABLE_TWIN, study_path
 from pipeline.models.hub import checkpoint_name, resolve_hub
 
 SOURCES = ("sweep", "local", "hub")
+# where a checkpoint sits on its learning-rate schedule (the rows' schedule_phase): annealed at its
+# budget (every run of a sweep: cosine to zero, or a WSD decay) or on WSD's stable run
+# (`pretrain.stable_twins`); unknown (None) for hub and local checkpoints
+PHASES = ("decayed", "stable")
+STABLE_SUFFIX = "-stable"
 NAME_RE = re.compile(r"[A-Za-z0-9._-]+")
 
 
@@ -29,6 +34,7 @@ class CheckpointSpec:
     offline: bool | None = None  # hub: True loads from the cache only; None follows HF_HUB_OFFLINE
     params: int | None = None  # hub: parameter count, for job resources only
     pretrain_seed: int | None = None  # sweep: the seed of the pre-training run (init and data order)
+    phase: str | None = None  # "stable" for a WSD stable twin; None: a sweep run's own (decayed)
 
     def __post_init__(self) -> None:
         if self.source not in SOURCES:
@@ -39,10 +45,19 @@ class CheckpointSpec:
             raise ValueError(
                 f"checkpoint name {self.name!r} may only contain letters, digits, '.', '_' and '-'"
             )
+        if self.phase not in (None, *PHASES):
+            raise ValueError(
+                f"checkpoint {self.name!r}: phase must be one of {PHASES} or None, got {self.phase!r}"
+            )
         if self.tokens is None or self.tokens <= 0:
             raise ValueError(
                 f"checkpoint {self.name!r}: a positive token count is required, got {self.tokens!r}"
             )
+
+    @property
+    def schedule_phase(self) -> str | None:
+        """PHASES: a sweep run is decayed at its budget unless it is a stable twin; None elsewhere."""
+        return self.phase or ("decayed" if self.source == "sweep" else None)
 
     def row_fields(self, study: str) -> dict:
         """The metric-row columns that identify this checkpoint (pipeline.tables.metric_row)."""
@@ -54,6 +69,7 @@ class CheckpointSpec:
             budget=float(self.tokens),
             budget_unit="tokens",
             pretrain_seed=self.pretrain_seed,
+            schedule_phase=self.schedule_phase,
         )
 
 
@@ -63,23 +79,27 @@ def sweep_name(preset: str, budget: int, seed: int) -> str:
 
 
 def sweep_checkpoints(
-    presets: list[str], budgets: list[int], seeds: list[int], study: str
+    presets: list[str], budgets: list[int], seeds: list[int], study: str, stable_twins: bool = False
 ) -> list[CheckpointSpec]:
     """The runs of a study's own pre-training sweep (preset x pre-training seed x budget), at their
-    place in the results layout."""
-    return [
-        CheckpointSpec(
-            sweep_name(p, b, s),
-            "sweep",
-            p,
-            int(b),
-            path=study_path(study, PRETRAIN_RUN, model=p, budget=b, pretrain_seed=s),
-            pretrain_seed=int(s),
-        )
-        for p in presets
-        for s in seeds
-        for b in budgets
-    ]
+    place in the results layout; with `stable_twins` (WSD), each budget's undecayed twin after it."""
+    specs = []
+    for p in presets:
+        for s in seeds:
+            for b in budgets:
+                at = dict(model=p, budget=b, pretrain_seed=s)
+                name = sweep_name(p, b, s)
+                path = study_path(study, PRETRAIN_RUN, **at)
+                specs.append(
+                    CheckpointSpec(name, "sweep", p, int(b), path, pretrain_seed=int(s), phase="decayed")
+                )
+                if stable_twins:
+                    path = study_path(study, PRETRAIN_STABLE_TWIN, **at)
+                    twin = name + STABLE_SUFFIX
+                    specs.append(
+                        CheckpointSpec(twin, "sweep", p, int(b), path, pretrain_seed=int(s), phase="stable")
+                    )
+    return specs
 
 
 def local_checkpoints(entries: list[dict]) -> list[CheckpointSpec]:
@@ -128,7 +148,8 @@ def study_checkpoints(config: dict) -> list[CheckpointSpec]:
     source = ck["source"]
     if source == "sweep":
         pt = config["pretrain"]
-        specs = sweep_checkpoints(pt["presets"], pt["budgets"], pt["seeds"], config["study"])
+        twins = bool(pt.get("stable_twins"))  # WSD only: the start-up checks say so
+        specs = sweep_checkpoints(pt["presets"], pt["budgets"], pt["seeds"], config["study"], twins)
     elif source == "local":
         specs = local_checkpoints(ck.get("local") or [])
     else:

@@ -210,28 +210,81 @@ def pretrain_run(
         "decay_start_step": train_cfg.steps - train_cfg.decay_steps if train_cfg.decay_steps else None,
         "hyperparameters": {**asdict(cfg), **asdict(train_cfg), "seed": seed},
     }
-    curve = pd.DataFrame(
-        {
-            "step": np.arange(1, len(result.losses) + 1),
-            "lr": result.lrs[: len(result.losses)],
-            "loss": result.losses,
-        }
-    )
-    curve["tokens"] = curve["step"] * tokens_per_step
-    with placement.whole(model, torch.float32) as whole:  # sharded: gathered on every rank
-        if placement.ranks.main:
-            with atomic_path(out_dir) as tmp:
-                tmp.mkdir()
-                run.fold(whole).to("cpu").save_pretrained(tmp)
-                tokenizer.save_pretrained(tmp)
-                write_json(tmp / "init_std.json", run.init_stds)
-                write_json(tmp / "summary.json", summary)
-                curve.to_parquet(tmp / "loss_curve.parquet", index=False)
+    curve = loss_curve(result.losses, result.lrs, tokens_per_step)
+    write_checkpoint(run, out_dir, summary, curve, placement)
     resume.remove(state_path, placement.ranks)  # the run is done
     log.info(
         "wrote %s (final loss %.4f, %.0f tok/s)",
         out_dir,
         summary["final_loss"] or float("nan"),
         summary["tokens_per_second"],
+    )
+    return summary
+
+
+def loss_curve(losses: list[float], lrs: list[float], tokens_per_step: int) -> pd.DataFrame:
+    """A run's loss and learning rate per step, with the tokens seen by then."""
+    steps = np.arange(1, len(losses) + 1)
+    return pd.DataFrame(
+        {"step": steps, "lr": lrs[: len(losses)], "loss": losses, "tokens": steps * tokens_per_step}
+    )
+
+
+def write_checkpoint(
+    run: Setup, out_dir: str | Path, summary: dict, curve: pd.DataFrame, placement: Whole
+) -> None:
+    """The trained model as a self-contained checkpoint directory, written atomically: the HF model
+    (muP folded in) and tokenizer, init_std.json, summary.json, loss_curve.parquet."""
+    with placement.whole(run.model, torch.float32) as whole:  # sharded: gathered on every rank
+        if placement.ranks.main:
+            with atomic_path(out_dir) as tmp:
+                tmp.mkdir()
+                run.fold(whole).to("cpu").save_pretrained(tmp)
+                run.tokenizer.save_pretrained(tmp)
+                write_json(tmp / "init_std.json", run.init_stds)
+                write_json(tmp / "summary.json", summary)
+                curve.to_parquet(tmp / "loss_curve.parquet", index=False)
+
+
+def stable_twin(
+    train_tokens: str | Path | None,
+    tokenizer_path: str | Path,
+    preset: str,
+    budget: int,
+    seed: int,
+    cfg: PretrainConfig,
+    state: str | Path,
+    out_dir: str | Path,
+    token_shards: ShardSet | None = None,
+) -> dict:
+    """WSD's stable run at `budget` tokens (its state at the budget's last step, `state`) as a
+    checkpoint directory like a budget's: the undecayed twin of the budget's decayed branch, at equal
+    tokens. Trains nothing."""
+    run = set_up(train_tokens, tokenizer_path, preset, seed, cfg, "cpu", WHOLE, token_shards)
+    steps = steps_for_budget(budget, cfg.batch_size, cfg.seq_len)
+    extra = resume.load_state(state, run.model, None)
+    if extra is None or extra["step"] != steps:
+        found = "no state" if extra is None else f"step {extra['step']}"
+        raise ValueError(
+            f"{state}: expected the stable run's state at step {steps} (budget {budget:,}), found {found}"
+        )
+    tokens_per_step = cfg.batch_size * cfg.seq_len
+    summary = {
+        "preset": preset,
+        "budget": budget,
+        "seed": seed,
+        "tokens_trained": steps * tokens_per_step,
+        "steps": steps,
+        "final_loss": extra["losses"][-1] if extra["losses"] else None,
+        "diverged": False,
+        "schedule": cfg.schedule,
+        "phase": "stable",
+        "parameterization": cfg.parameterization,
+        "parameters": count_parameters(run.model),
+        "hyperparameters": {**asdict(cfg), "seed": seed},
+    }
+    write_checkpoint(run, out_dir, summary, loss_curve(extra["losses"], extra["lrs"], tokens_per_step), WHOLE)
+    log.info(
+        "wrote %s: the stable run of %s (seed %d) at %d tokens, undecayed", out_dir, preset, seed, budget
     )
     return summary

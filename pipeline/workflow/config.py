@@ -161,6 +161,11 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
         pretrain = PretrainConfig(**hyperparameters(PretrainConfig, pt))
         if pretrain.schedule == "wsd":
             branch_steps(config)  # every budget's decay fits after the warmup
+        elif pt.get("stable_twins"):
+            raise ValueError(
+                "pretrain.stable_twins: a budget's stable twin is the undecayed WSD run at its tokens; "
+                f"expected pretrain.schedule: wsd, got {pretrain.schedule!r}"
+            )
         if pt["batch_size"] % pt["ranks"]:
             raise ValueError(
                 f"pretrain.batch_size {pt['batch_size']} cannot be split evenly over "

@@ -112,12 +112,14 @@ def lr_search_params(config: dict) -> dict | None:
 
 
 def checkpoint_params(spec: CheckpointSpec) -> dict:
-    """The CheckpointSpec a job rebuilds (a params change reruns it): hub cache_dir / offline only
-    when set, so sweep and local jobs keep their params; the parameter count (resources only) is
-    left out."""
+    """The CheckpointSpec a job rebuilds (a params change reruns it): hub cache_dir / offline and a
+    stable twin's phase only when set, so sweep and local jobs keep their params; the parameter
+    count (resources only) is left out."""
     keys = ("name", "source", "model", "tokens", "path", "model_id", "revision", "pretrain_seed")
     out = {k: getattr(spec, k) for k in keys}
-    return out | {k: getattr(spec, k) for k in ("cache_dir", "offline") if getattr(spec, k) is not None}
+    return out | {
+        k: getattr(spec, k) for k in ("cache_dir", "offline", "phase") if getattr(spec, k) is not None
+    }
 
 
 def provenance_config(config: dict) -> dict:

@@ -5,7 +5,10 @@ branch steps (the step where a budget's decay leaves it): job `pretrain_stable` 
 from the state of the branch step before k. Each budget's `pretrain` job is then only its decay,
 from the stable state at its branch step. A new budget adds its decay job and, where its branch
 step is new, one stable segment (the segment after it then starts from the new one's state: the
-same numbers, recomputed). Light: the Snakefile calls it at parse time.
+same numbers, recomputed). With `pretrain.stable_twins` the stable run is also cut at each budget's
+last step, and job `pretrain_stable_twin` writes the stable run's weights there as a checkpoint: the
+undecayed twin of the budget's decayed branch, at equal tokens (the rival explanation of the
+sensitivity: tokens, or the learning-rate decay). Light: the Snakefile calls it at parse time.
 """
 
 from __future__ import annotations
@@ -27,9 +30,27 @@ def is_wsd(config: dict) -> bool:
 
 
 def branch_steps(config: dict) -> list[int]:
-    """WSD: the stable run's branch steps, one per budget (two budgets may share one), ascending."""
-    cfg = pretrain_config(config)
-    return sorted({cfg.branch_step(b) for b in config["pretrain"]["budgets"]})
+    """WSD: the steps where the stable run is cut into jobs, ascending: each budget's branch step (two
+    budgets may share one) and, with `pretrain.stable_twins`, each budget's last step (its twin)."""
+    cfg, pt = pretrain_config(config), config["pretrain"]
+    twins = [twin_step(config, b) for b in pt["budgets"]] if has_twins(config) else []
+    return sorted({cfg.branch_step(b) for b in pt["budgets"]} | set(twins))
+
+
+def has_twins(config: dict) -> bool:
+    """WSD with `pretrain.stable_twins`: every budget also has its stable (undecayed) checkpoint."""
+    return is_wsd(config) and bool(config["pretrain"].get("stable_twins", False))
+
+
+def twin_step(config: dict, budget: int) -> int:
+    """The stable run's step with the budget's tokens: where its undecayed twin is cut."""
+    pt = config["pretrain"]
+    return steps_for_budget(budget, pt["batch_size"], pt["seq_len"])
+
+
+def twin_inputs(config: dict, model: str, seed: str, budget: int) -> dict[str, str]:
+    """Rule pretrain_stable_twin's input: the stable state at the budget's last step."""
+    return {"state": stable_state(config, model, seed, twin_step(config, budget))}
 
 
 def stable_state(config: dict, model: str, seed: int | str, step: int) -> str:
@@ -59,12 +80,13 @@ def decay_inputs(config: dict, model: str, seed: str, budget: int) -> dict[str, 
 
 def sweep_steps(config: dict) -> dict[str, int]:
     """Optimiser steps of one (preset, seed)'s sweep: cosine trains every budget from scratch; WSD
-    the stable run to its last branch step, plus every budget's decay."""
+    the stable run to its last cut (a branch step, or the largest budget's twin), plus every budget's
+    decay."""
     pt, cfg = config["pretrain"], pretrain_config(config)
     steps = [steps_for_budget(b, pt["batch_size"], pt["seq_len"]) for b in pt["budgets"]]
     return {
         "cosine": sum(steps),
-        "wsd": max(s - cfg.decay_steps(s) for s in steps) + sum(cfg.decay_steps(s) for s in steps),
+        "wsd": max(branch_steps(config)) + sum(cfg.decay_steps(s) for s in steps),
     }
 
 

@@ -53,9 +53,21 @@ def stage_figures(config: dict, stage: str) -> list[str]:
     return figure_paths(config, [f.name for f in figures_of_stage(stage)])
 
 
+def main_checkpoints(checkpoints: Checkpoints) -> Checkpoints:
+    """The study's checkpoints without the WSD stable twins: what the metrics table, the analysis and
+    the figures read (the twins' rows go to their own table, STABLE_TWIN_METRICS)."""
+    return {name: s for name, s in checkpoints.items() if s.phase != "stable"}
+
+
+def stable_twins(checkpoints: Checkpoints) -> Checkpoints:
+    """pretrain.stable_twins: each budget's undecayed twin (the schedule claims read their rows)."""
+    return {name: s for name, s in checkpoints.items() if s.phase == "stable"}
+
+
 def pretrain_dirs(config: dict, checkpoints: Checkpoints) -> list[str]:
-    """The study's own pre-training runs (checkpoints of source sweep)."""
-    return [s.path for s in checkpoints.values() if s.source == "sweep"]
+    """The study's own pre-training runs (checkpoints of source sweep; not the WSD stable twins, the
+    stable run's weights at a budget's tokens)."""
+    return [s.path for s in checkpoints.values() if s.source == "sweep" and s.phase is None]
 
 
 def perturb_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
@@ -313,6 +325,7 @@ def findings_inputs(config: dict, checkpoints: Checkpoints) -> list[str]:
         layout.METRICS: True,
         layout.FINETUNE_TUNED: finetune_enabled(config),
         layout.PRETRAIN_RUNS: pretrain,
+        layout.STABLE_TWIN_METRICS: bool(stable_twins(checkpoints)),
         layout.REFERENCE_PPL: bool(reference_ppl(config, checkpoints)),
         layout.TOKEN_COVERAGE: pretrain and bool(coverage_task_tables(config)),
         layout.VLM_DATA: bool(vlm_tasks(config)),

@@ -120,3 +120,54 @@ def test_a_decay_branched_from_the_stable_run_is_the_whole_wsd_run(train_tokens,
             branch_from=tmp_path / f"at{branch}",
             **{**common, "cfg": other},
         )
+
+
+def test_a_stable_twin_holds_the_stable_run_at_the_budget_tokens(train_tokens, tokenizer_dir, tmp_path):
+    """pretrain.stable_twins: the twin of a budget is the stable run's weights at the budget's last step
+    (its learning rate never decayed), as a checkpoint directory like the budget's own; it differs from
+    the decayed branch at the same tokens, and a state at another step is refused."""
+    from pipeline.train import resume
+    from pipeline.train.pretrain import pretrain_run, set_up, stable_run, stable_twin
+
+    torch.set_num_threads(1)
+    cfg = PretrainConfig(**HP)
+    budget = 40 * 4 * 32
+    steps, branch = steps_for_budget(budget, 4, 32), cfg.branch_step(budget)
+    common = dict(train_tokens=train_tokens, tokenizer_path=tokenizer_dir, preset="tiny", seed=0, cfg=cfg)
+    stable_run(steps=branch, out_state=tmp_path / "at-branch", state_path=tmp_path / "s1", **common)
+    stable_run(
+        steps=steps,
+        out_state=tmp_path / "at-budget",
+        state_path=tmp_path / "s2",
+        branch_from=tmp_path / "at-branch",
+        **common,
+    )
+    decayed = pretrain_run(
+        budget=budget,
+        out_dir=tmp_path / "decayed",
+        state_path=tmp_path / "d",
+        branch_from=tmp_path / "at-branch",
+        **common,
+    )
+    twin = stable_twin(budget=budget, state=tmp_path / "at-budget", out_dir=tmp_path / "twin", **common)
+
+    assert twin["tokens_trained"] == decayed["tokens_trained"] == steps * 4 * 32  # equal tokens
+    assert twin["phase"] == "stable" and twin["steps"] == steps
+    curve = pd.read_parquet(tmp_path / "twin" / "loss_curve.parquet")
+    assert len(curve) == steps and (curve["lr"].iloc[branch:] == HP["lr"]).all()  # never decayed
+    a, b = (
+        load_file(tmp_path / "twin" / "model.safetensors"),
+        load_file(tmp_path / "decayed" / "model.safetensors"),
+    )
+    assert a.keys() == b.keys() and not all(torch.equal(a[k], b[k]) for k in a)
+    run = set_up(device="cpu", **common)  # the stable run's own weights at that step
+    resume.load_state(tmp_path / "at-budget", run.model, None)
+    state = {k: v for k, v in run.model.state_dict().items() if k in a}
+    assert state.keys() == a.keys() and all(torch.equal(state[k], a[k]) for k in a)
+    for name in ("init_std.json", "config.json", "tokenizer.json"):
+        assert (tmp_path / "twin" / name).read_text() == (tmp_path / "decayed" / name).read_text()
+    with pytest.raises(
+        ValueError, match=rf"expected the stable run's state at step {steps} .*found step {branch}"
+    ):
+        stable_twin(budget=budget, state=tmp_path / "at-branch", out_dir=tmp_path / "bad", **common)
+    assert not (tmp_path / "bad").exists()

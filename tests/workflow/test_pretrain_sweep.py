@@ -15,6 +15,7 @@ from pipeline.workflow.pretrain_sweep import (
     stable_inputs,
     sweep_cost,
     sweep_steps,
+    twin_inputs,
 )
 from pipeline.workflow.schema import ConfigError, load_schema, validate_config
 
@@ -39,6 +40,32 @@ def test_the_stable_run_is_a_chain_of_segments_and_each_budget_decays_from_its_b
     assert stable_inputs(cfg, "tiny", "0", 410) == {"branch": stable(102)}
     assert decay_inputs(cfg, "tiny", "0", 65536) == {"branch": stable(102)}
     assert decay_inputs(config(), "tiny", "0", 65536) == {}  # cosine: every budget from scratch
+
+
+def test_stable_twins_cut_the_stable_run_at_each_budgets_last_step_too():
+    """pretrain.stable_twins: the stable run is also cut where each budget's tokens end (its twin), the
+    decays still branch at their branch steps, and each twin is a checkpoint of its own beside the
+    budget's (rows' schedule_phase), left out of the metrics table's checkpoints."""
+    from pipeline.workflow.targets import main_checkpoints, stable_twins
+
+    cfg = config(**WSD, **{"pretrain.stable_twins": True})
+    assert branch_steps(cfg) == [26, 32, 102, 128, 410, 512]  # branch steps + the budgets' 32 / 128 / 512
+
+    def stable(step):
+        return layout.study_path("wsd-test", layout.PRETRAIN_STABLE, model="tiny", pretrain_seed=0, step=step)
+
+    assert twin_inputs(cfg, "tiny", "0", 65536) == {"state": stable(128)}
+    assert stable_inputs(cfg, "tiny", "0", 102) == {"branch": stable(32)}  # the chain runs through the twins
+    assert decay_inputs(cfg, "tiny", "0", 65536) == {"branch": stable(102)}
+    assert sweep_steps(cfg)["wsd"] == 512 + 6 + 26 + 102
+    specs = check_config(cfg, check_benchmark_tasks=False)
+    twins = stable_twins(specs)
+    assert sorted(twins) == ["tiny-16384-s0-stable", "tiny-262144-s0-stable", "tiny-65536-s0-stable"]
+    assert {s.row_fields("x")["schedule_phase"] for s in twins.values()} == {"stable"}
+    assert {s.row_fields("x")["schedule_phase"] for s in main_checkpoints(specs).values()} == {"decayed"}
+    assert twins["tiny-65536-s0-stable"].path == layout.study_path(
+        "wsd-test", layout.PRETRAIN_STABLE_TWIN, model="tiny", pretrain_seed=0, budget=65536
+    )
 
 
 def test_a_new_budget_adds_one_decay_job_and_one_stable_segment(tmp_path):
@@ -83,6 +110,11 @@ def test_a_seven_budget_sweep_under_wsd_trains_under_six_tenths_of_cosines_token
             "inside the warmup (30 steps",
         ),
         ({"pretrain.ranks": 3}, "pretrain.batch_size 8 cannot be split evenly over pretrain.ranks 3"),
+        (
+            {"pretrain.stable_twins": True},
+            "pretrain.stable_twins: a budget's stable twin is the undecayed WSD run at its tokens; expected "
+            "pretrain.schedule: wsd, got 'cosine'",
+        ),
         (
             {"pretrain.parameterization": "mup"},
             "pretrain.parameterization: mup needs a base width, and preset 'tiny' has none; expected one of "
