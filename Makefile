@@ -7,7 +7,7 @@ CORES   ?= all
 # core in the evidence study's 400-job DAG, the greedy one 6% (docs/benchmarks.md)
 SCHEDULE := --scheduler greedy
 
-.PHONY: setup apt-packages study evidence wsd test smoke demo alpaca-eval-demo vlm-demo lint bench clean docs gpu-check gpu-wheels gpu-kit
+.PHONY: setup apt-packages study evidence wsd schedule test smoke demo alpaca-eval-demo vlm-demo lint bench clean docs gpu-check gpu-wheels gpu-kit
 
 setup: $(STAMP) data/packages/.fetched
 
@@ -44,6 +44,11 @@ evidence: setup
 wsd: setup
 	.venv/bin/snakemake --cores $(CORES) $(SCHEDULE) --configfile config/wsd.yaml
 
+# The schedule study (config/schedule.yaml): WSD with each budget's stable (undecayed) twin beside its
+# decay, 3 pre-training seeds; docs/findings.md, "Schedule: tokens or the decay".
+schedule: setup
+	.venv/bin/snakemake --cores $(CORES) $(SCHEDULE) --configfile config/schedule.yaml
+
 # two pytest-xdist workers; the tests of one study stay on one worker (tests/conftest.py)
 test: setup apt-packages
 	$(PY) -m pytest -q -n 2 tests
@@ -54,7 +59,7 @@ smoke: setup
 # docs/findings.md and the README's claims table from the finished studies (those of DOCS_STUDIES that
 # exist): the tables the registered claims read go to docs/reference/<study>/, which a test renders
 # and compares with the committed pages (pipeline/analysis/findings.py).
-DOCS_STUDIES ?= results/evidence results/pilot results/wsd results/default results/lora results/linearization results/vlm-demo
+DOCS_STUDIES ?= results/evidence results/pilot results/wsd results/schedule results/default results/lora results/linearization results/vlm-demo
 docs: setup
 	$(PY) -m pipeline.analysis.findings $(wildcard $(DOCS_STUDIES))
 

@@ -25,6 +25,7 @@ from pipeline.analysis.evidence import (
     u_runs,
     ushape,
 )
+from pipeline.analysis.seeds import run_means, seed_cube
 from pipeline.analysis.stats import deltas, fixed_rate_runs, tuned_table
 from pipeline.analysis.verdicts import CONTRADICTED, NOT_ESTABLISHED, P_U, SUPPORTED, NoRows
 from pipeline.multimodal.config import VLM_TASKS
@@ -35,25 +36,27 @@ if TYPE_CHECKING:
 # --- rows -------------------------------------------------------------------------------------------
 
 
-def _pretrain_ppl(t: StudyTables, modification: str | tuple) -> pd.DataFrame:
+def _pretrain_ppl(t: StudyTables, modification: str | tuple, table: str = layout.METRICS) -> pd.DataFrame:
     return t.metrics(
         f"pre-training perplexity ({modification})",
+        table,
         modification=modification,
         eval_data="pretrain",
         metric="ppl",
     )
 
 
-def _gaussian(t: StudyTables) -> pd.DataFrame:
-    return deltas(pd.concat([_pretrain_ppl(t, "none"), _pretrain_ppl(t, "gaussian")]), "ppl").dropna(
-        subset=["gamma"]
-    )
+def _gaussian(t: StudyTables, table: str = layout.METRICS) -> pd.DataFrame:
+    """Pre-training ppl rows of the Gaussian arm with Δ log against their base model (of `table`: the
+    study's runs, or its WSD stable twins)."""
+    rows = pd.concat([_pretrain_ppl(t, "none", table), _pretrain_ppl(t, "gaussian", table)])
+    return deltas(rows, "ppl").dropna(subset=["gamma"])
 
 
-def _finetuned(t: StudyTables, method: str = "sft") -> pd.DataFrame:
+def _finetuned(t: StudyTables, method: str = "sft", table: str = layout.METRICS) -> pd.DataFrame:
     """Pre-training ppl rows of `method`'s fixed-rate runs (every seed that ran at every budget), with
     Δ log against their base model."""
-    rows = pd.concat([_pretrain_ppl(t, "none"), _pretrain_ppl(t, method)])
+    rows = pd.concat([_pretrain_ppl(t, "none", table), _pretrain_ppl(t, method, table)])
     return deltas(fixed_rate_runs(rows), "ppl").query("modification == @method")
 
 
@@ -308,6 +311,65 @@ def tasks_start_below_uniform(t: StudyTables) -> list[Estimate]:
             f"uniform guess: {vocab:g}",
         )
         for task, g in first.groupby("task", sort=True)
+    ]
+
+
+# --- the schedule: tokens or the learning-rate decay (pretrain.stable_twins) -------------------------
+
+
+def _schedule_arms(t: StudyTables, table: str) -> list[tuple[str, pd.DataFrame]]:
+    """The arms the schedule claims compare, each (label, Δ log rows) of `table`: the Gaussian arm at
+    its largest γ, fine-tuning at each (task, fixed rate)."""
+    gauss = _gaussian(t, table)
+    top = gauss["gamma"].max()
+    arms = [(f"Gaussian, γ = {top:g}", gauss[gauss["gamma"] == top])]
+    ft = _finetuned(t, table=table)
+    return arms + [(f"{task}, LR {_lr(lr)}", g) for (task, lr), g in _per(ft, ["task", "learning_rate"])]
+
+
+SHARED_STABLE_RUN = (
+    "one pre-training seed: its budgets' decays and twins lie on one stable run, so their differences "
+    "are not independent replicates"
+)
+
+
+def decay_sensitizes(t: StudyTables) -> list[Estimate]:
+    """Per arm: decayed minus stable Δ log perplexity at equal tokens, one difference per pre-training
+    seed (its runs' differences averaged over the budgets: the budgets of a seed share its stable run,
+    so the seed is the unit), with a t-interval over the seeds."""
+    stable = dict(_schedule_arms(t, layout.STABLE_TWIN_METRICS))
+    out = []
+    for label, decayed in _schedule_arms(t, layout.METRICS):
+        if label not in stable:
+            out.append(not_computed(label, "–", "the stable twins lack this arm"))
+            continue
+        b_d, cube_d, seeds_d, _ = seed_cube(decayed, "delta_log")
+        b_s, cube_s, seeds_s, _ = seed_cube(stable[label], "delta_log")
+        if list(b_d) != list(b_s) or seeds_d != seeds_s:
+            out.append(
+                not_computed(label, "–", "the decayed and stable checkpoints differ in budgets or seeds")
+            )
+            continue
+        P, K = len(seeds_d), len(b_d)
+        n = (
+            f"{P} pre-training seed(s) (the unit) x {K} budgets, each budget's decayed run against the "
+            "stable run at its tokens; inner seeds averaged within each run"
+        )
+        if P < 2:
+            out.append(not_computed(label, n, SHARED_STABLE_RUN))
+            continue
+        with np.errstate(invalid="ignore"):
+            per_seed = np.nanmean(run_means(cube_d) - run_means(cube_s), axis=1)
+        out.append(mean_difference(per_seed, label, +1, n, True))
+    return out
+
+
+def stable_sensitivity(t: StudyTables) -> list[Estimate]:
+    """Per arm: the trend of Δ log perplexity with tokens along the stable run alone (its checkpoints
+    at the budgets' tokens, never decayed), a t over the pre-training seeds' slopes."""
+    return [
+        trend(rows, "delta_log", label, +1, True)
+        for label, rows in _schedule_arms(t, layout.STABLE_TWIN_METRICS)
     ]
 
 

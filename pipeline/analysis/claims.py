@@ -502,12 +502,13 @@ SCHEDULE_TOY = (
     "the default study's scale: one pre-training seed, so the intervals leave pre-training variance "
     "out, and 4 budgets 2x apart; " + TOY
 )
-WSD_TOY = SCHEDULE_TOY.replace(
-    "cosine to zero at each budget, so a budget's run is not a prefix of a longer one",
-    "warmup-stable-decay (config/wsd.yaml): each budget a decay over its last steps, branched from one "
+COSINE = "cosine to zero at each budget, so a budget's run is not a prefix of a longer one"
+WSD_RUNS = (
+    "warmup-stable-decay: each budget a linear decay over its last 20% of steps, branched from one "
     "stable run (so the budgets share their first steps and are not independent runs), the same warmup "
-    "steps at every budget where the cosine runs warm up over a share of each",
+    "steps at every budget"
 )
+WSD_TOY = SCHEDULE_TOY.replace(COSINE, WSD_RUNS + " where the cosine runs warm up over a share of each")
 SCHEDULES_COMPARED = {  # study: (key prefix, title suffix, statement prefix, confounds)
     "default": (
         "cosine",
@@ -536,6 +537,54 @@ CLAIMS += [
     for study, (prefix, suffix, lead, confounds) in SCHEDULES_COMPARED.items()
     for c in list(CLAIMS)
     if c.key in SCHEDULE_CLAIMS
+]
+
+# The rival explanation (config/schedule.yaml): is the sensitivity the tokens' doing, or the learning
+# rate's decay? Each budget's WSD decay beside the stable run's weights at the same tokens (its twin).
+SCHEDULE_STUDY_TOY = (
+    "3 pre-training seeds (df 2) x 4 budgets 2x apart; each twin the stable run at its budget's tokens "
+    "(it trained the decay's steps at the peak rate instead); the Gaussian arm at its largest γ, code "
+    "fine-tuning at one fixed rate; " + TOY.replace(COSINE, WSD_RUNS)
+)
+CLAIMS += [
+    Claim(
+        "decay-sensitizes",
+        "The learning-rate decay makes a checkpoint more sensitive",
+        "Schedule: tokens or the decay",
+        "schedule",
+        "At equal tokens, a checkpoint whose learning rate has decayed is more sensitive to a Gaussian "
+        "perturbation and to fine-tuning than the undecayed (stable) checkpoint of the same run (the "
+        "rival explanation of progressive sensitivity: Catalan-Tatjer et al. 2025, arXiv:2510.06213; "
+        "Rofin et al. 2026, arXiv:2604.13627).",
+        "Δ log pre-training perplexity of each budget's decayed WSD branch minus that of the stable run "
+        "at the same tokens, per arm (Gaussian at the largest γ, fine-tuning at each fixed rate)",
+        "mean over the pre-training seeds of each seed's decayed − stable difference averaged over the "
+        "budgets (the seed is the unit: its budgets share one stable run), with a 95% t-interval over the "
+        "seeds (df = seeds − 1); not computed with one seed",
+        "supported if every arm's interval lies above 0; contradicted if every arm's lies below 0; "
+        "otherwise not established",
+        "decay_sensitizes",
+        tables=(layout.METRICS, layout.STABLE_TWIN_METRICS),
+        confounds=SCHEDULE_STUDY_TOY + "; the decayed checkpoint also has a lower base loss, so a "
+        "relative Δ compares from different starting points",
+    ),
+    Claim(
+        "stable-sensitivity",
+        "Progressive sensitivity along the stable run alone",
+        "Schedule: tokens or the decay",
+        "schedule",
+        "Progressive sensitivity holds without any learning-rate decay: along WSD's stable run, the "
+        "checkpoint at more tokens degrades more under the same Gaussian perturbation and the same "
+        "fixed-rate fine-tuning (tokens, not the decay, drive it).",
+        "Δ log pre-training perplexity of the stable run's checkpoints (never decayed) against tokens, "
+        "per arm (Gaussian at the largest γ, fine-tuning at each fixed rate)",
+        "slope of Δ log perplexity per doubling; " + TREND,
+        "supported if every arm's interval lies above 0; contradicted if every arm's lies below 0; "
+        "otherwise not established",
+        "stable_sensitivity",
+        tables=(layout.STABLE_TWIN_METRICS,),
+        confounds=SCHEDULE_STUDY_TOY,
+    ),
 ]
 
 

@@ -55,9 +55,10 @@ class StudyTables:
             self._cache[rel] = pd.read_parquet(self.path(rel))
         return self._cache[rel]
 
-    def metrics(self, what: str, **equal: object) -> pd.DataFrame:
-        """The metric rows whose columns equal `equal` (a tuple: any of), or NoRows naming `what`."""
-        m = self.table(layout.METRICS)
+    def metrics(self, what: str, table: str = layout.METRICS, **equal: object) -> pd.DataFrame:
+        """The metric rows (of `table`: the study's runs, or the WSD stable twins' table) whose columns
+        equal `equal` (a tuple: any of), or NoRows naming `what`."""
+        m = self.table(table)
         keep = np.ones(len(m), dtype=bool)
         for col, want in equal.items():
             keep &= m[col].isin(want).to_numpy() if isinstance(want, tuple) else (m[col] == want).to_numpy()

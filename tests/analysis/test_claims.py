@@ -216,3 +216,62 @@ def test_a_four_budget_design_decides_a_falling_curve():
         trend(pd.DataFrame(columns=["budget", "value", "pretrain_seed"]), "value", "x", +1).verdict
         == NOT_COMPUTED
     )
+
+
+def schedule_rows(shape, noise: float, seed: int, phase: str) -> pd.DataFrame:
+    """sweep_rows for one schedule phase (decayed: the study's runs; stable: their WSD twins), with a
+    fine-tuning arm (code at LR 3e-2) beside the Gaussian one."""
+    rows = sweep_rows(shape, noise, seed).assign(schedule_phase=phase)
+    if phase == "stable":
+        rows["checkpoint"] = rows["checkpoint"] + "-stable"
+    sft = rows[(rows["modification"] == "gaussian") & (rows["seed"] == 0)].assign(
+        modification="sft", gamma=np.nan, task="code", learning_rate=3e-2
+    )
+    return pd.concat([rows, sft], ignore_index=True)
+
+
+def write_schedule_study(root, decayed: pd.DataFrame, stable: pd.DataFrame) -> StudyTables:
+    from pipeline import layout
+
+    tables = write_study(root, decayed)
+    stable.to_parquet(root / layout.STABLE_TWIN_METRICS)
+    return tables
+
+
+@pytest.mark.parametrize("gap, verdict", [(0.1, SUPPORTED), (0.0, NOT_ESTABLISHED)])
+def test_the_schedule_claims_compare_each_decay_with_its_stable_twin(tmp_path, gap, verdict):
+    """Decayed checkpoints `gap` more sensitive than their stable twins at every budget, both rising
+    0.2 per doubling: decay-sensitizes finds the gap in both arms (over the 3 pre-training seeds, the
+    unit) or says what it could have detected; stable-sensitivity finds the rise along the stable run."""
+    by_key = {c.key: c for c in CLAIMS}
+    tables = write_schedule_study(
+        tmp_path,
+        schedule_rows(lambda x: 0.2 * x + gap, 0.01, seed=0, phase="decayed"),
+        schedule_rows(lambda x: 0.2 * x, 0.01, seed=1, phase="stable"),
+    )
+    decay = evaluate(by_key["decay-sensitizes"], tables)
+    assert decay.verdict == verdict
+    assert [e.label for e in decay.estimates] == ["Gaussian, γ = 6", "code, LR 3e-2"]
+    for e in decay.estimates:
+        assert abs(e.value - gap) < 0.01 and e.pretraining_variance and e.n.startswith("3 pre-training seed(s)")
+        assert verdict == SUPPORTED or 0 < e.detectable < 0.1
+    stable = evaluate(by_key["stable-sensitivity"], tables)
+    assert stable.verdict == SUPPORTED and all(abs(e.value - 0.2) < 0.01 for e in stable.estimates)
+
+
+def test_the_schedule_claims_need_replicate_pre_training_runs(tmp_path):
+    """One pre-training seed: its decays and twins lie on one stable run, so neither claim has a unit
+    to replicate over."""
+    by_key = {c.key: c for c in CLAIMS}
+
+    def one_seed(phase, seed):
+        rows = schedule_rows(lambda x: 0.2 * x, 0.01, seed=seed, phase=phase)
+        return rows[rows["pretrain_seed"] == 0]
+
+    tables = write_schedule_study(tmp_path, one_seed("decayed", 0), one_seed("stable", 1))
+    for key, reason in (
+        ("decay-sensitizes", "one pre-training seed"),
+        ("stable-sensitivity", "one pre-training seed"),
+    ):
+        found = evaluate(by_key[key], tables)
+        assert found.verdict == NOT_COMPUTED and reason in found.missing, found

@@ -70,12 +70,13 @@ def test_stable_twins_cut_the_stable_run_at_each_budgets_last_step_too():
 
 def test_a_new_budget_adds_one_decay_job_and_one_stable_segment(tmp_path):
     """The forced dry run's job counts: 3 budgets give 3 stable segments and 3 decays; a fourth budget
-    one more of each (on top of the cosine sweep's jobs, which the schedule does not change)."""
+    one more of each (on top of the cosine sweep's jobs, which the schedule does not change); stable
+    twins add a segment and a twin per budget."""
 
-    def jobs(budgets) -> dict[str, int]:
+    def jobs(budgets, **more) -> dict[str, int]:
         from workflow_utils import write_config
 
-        cfg = smoke_config(study="wsd-test", **WSD, **{"pretrain.budgets": budgets})
+        cfg = smoke_config(study="wsd-test", **WSD, **{"pretrain.budgets": budgets}, **more)
         res = snakemake(write_config(tmp_path, cfg), "-n", "--forceall", "--cores", "1", "--quiet", "rules")
         text = res.stdout + res.stderr
         assert res.returncode == 0, text[-3000:]
@@ -83,6 +84,9 @@ def test_a_new_budget_adds_one_decay_job_and_one_stable_segment(tmp_path):
 
     assert jobs([16384, 65536, 262144]) == {"pretrain": 3, "pretrain_stable": 3}
     assert jobs([16384, 65536, 131072, 262144]) == {"pretrain": 4, "pretrain_stable": 4}
+    # stable twins: the stable run cut at each budget's last step too, and each twin written there
+    twins = jobs([16384, 65536, 262144], **{"pretrain.stable_twins": True})
+    assert twins == {"pretrain": 3, "pretrain_stable": 6, "pretrain_stable_twin": 3}
 
 
 def test_a_seven_budget_sweep_under_wsd_trains_under_six_tenths_of_cosines_tokens():
