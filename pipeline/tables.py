@@ -30,7 +30,10 @@ METRIC_COLUMNS: dict[str, pa.DataType] = {
     "model": pa.string(),  # size preset / model family, e.g. "tiny", "allenai/OLMo-1B-hf"
     "budget": pa.float64(),  # pre-training budget in `budget_unit`
     "budget_unit": pa.string(),  # tokens | feature_index (theory track)
-    "pretrain_seed": pa.int64(),  # seed of the pre-training run (null: a hub / local checkpoint)
+    "pretrain_seed": pa.int64(),  # the pre-training run's seed (null: local, or a hub one without seeds)
+    "repo": pa.string(),  # hub: the model repository the weights came from (null off the hub)
+    "revision": pa.string(),  # hub: the revision the study names
+    "commit": pa.string(),  # hub: the commit that revision was locked to at start-up
     "modification": pa.string(),  # none | gaussian | sft | ...
     "gamma": pa.float64(),  # Gaussian perturbation scale (relative to init std)
     "task": pa.string(),  # fine-tuning task

@@ -117,7 +117,9 @@ def checkpoint_params(spec: CheckpointSpec) -> dict:
     left out."""
     keys = ("name", "source", "model", "tokens", "path", "model_id", "revision", "pretrain_seed")
     out = {k: getattr(spec, k) for k in keys}
-    return out | {k: getattr(spec, k) for k in ("cache_dir", "offline") if getattr(spec, k) is not None}
+    return out | {
+        k: getattr(spec, k) for k in ("cache_dir", "offline", "lock") if getattr(spec, k) is not None
+    }
 
 
 def provenance_config(config: dict) -> dict:
