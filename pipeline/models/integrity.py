@@ -1,9 +1,10 @@
 """Hub revisions a study can trust: each revision resolved to a commit once at start-up, the
 sha256 of its weight files recorded, and two checkpoints serving identical weights stopping the
-study before any job uses them (hub branches have served the wrong weights: EleutherAI/pythia
-issues #205 and #108). The record is the study's hub lock, `results/<study>/hub/lock.json`:
-{checkpoint: {repo, revision, commit, weights: {file: sha256}}}; jobs load the locked commit
-(offline when its snapshot is cached) and every output row carries (repo, revision, commit).
+study before any job uses them (hub branches have served the wrong weights:
+EleutherAI/pythia#205, EleutherAI/pythia#108). The record is the study's hub lock,
+`results/<study>/hub/lock.json`: {checkpoint: {repo, revision, commit, weights: {file: sha256}}};
+jobs load the locked commit (offline when its snapshot is cached) and every output row carries
+(repo, revision, commit).
 
 Light: huggingface_hub only inside the function that asks the hub for LFS metadata.
 """
