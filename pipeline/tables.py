@@ -102,9 +102,11 @@ def write_metrics(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> pd.Dat
 
 
 def aggregate_metrics(parts: Iterable[str | Path], provenance: Mapping[str, str]) -> pd.DataFrame:
-    """Concatenate per-job metric files and stamp provenance columns."""
+    """Concatenate per-job metric files and stamp provenance columns (a column a part written
+    before it existed is null there, e.g. a hub row's `commit`)."""
     frames = [pd.read_parquet(p) for p in parts]
     df = pd.concat(frames, ignore_index=True) if frames else metrics_frame([])
+    df = df.reindex(columns=list(METRIC_COLUMNS))
     for col in PROVENANCE_COLUMNS:
         df[col] = provenance[col]
     table = pa.Table.from_pandas(df[list(SCHEMA.names)], schema=SCHEMA, preserve_index=False)

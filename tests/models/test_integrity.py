@@ -217,3 +217,29 @@ def test_sharded_weights_digest_is_order_free():
     a = {"model-00001-of-00002.safetensors": "1" * 64, "model-00002-of-00002.safetensors": "2" * 64}
     assert weights_digest(a) == weights_digest(dict(reversed(a.items()))) != weights_digest({"x": "1" * 64})
     assert weights_digest({"model.safetensors": "3" * 64}) == "3" * 64
+
+
+def test_rows_carry_repo_revision_commit_through_aggregation(dup_cache, tmp_path):
+    """A hub row written after the lock names its commit in the study table; a part written
+    before the columns existed aggregates with them null."""
+    import pandas as pd
+
+    from pipeline.tables import aggregate_metrics, metric_row, write_metrics
+
+    cache, commits = dup_cache
+    lock = tmp_path / "lock.json"
+    (spec,) = specs(cache, ["step2000-tokens8M"], lock)
+    lock_study([spec], lock)
+    new = tmp_path / "new.parquet"
+    write_metrics(new, [metric_row(**spec.row_fields("s"), modification="none", metric="ppl", value=3.0)])
+    old = tmp_path / "old.parquet"
+    frame = pd.read_parquet(new).drop(columns=["repo", "revision", "commit"]).assign(checkpoint="older")
+    frame.to_parquet(old)
+    table = aggregate_metrics([new, old], {"config_hash": "x", "git_commit": "y", "packages": "z"})
+    row = table.set_index("checkpoint").loc[spec.name]
+    assert (row["repo"], row["revision"], row["commit"]) == (
+        MODEL,
+        "step2000-tokens8M",
+        commits["step2000-tokens8M"],
+    )
+    assert table.set_index("checkpoint").loc["older", ["repo", "revision", "commit"]].isna().all()
