@@ -251,9 +251,10 @@ def check_hub_jobs(jobs: Iterable, checkpoints: Checkpoints) -> None:
     names = {getattr(job.wildcards, "checkpoint", None) for job in jobs} - {None}
     specs = [checkpoints[n] for n in sorted(names) if n in checkpoints and checkpoints[n].source == "hub"]
     try:
-        check_hub_checkpoints(specs)
-        if specs and specs[0].lock:
+        if specs and specs[0].lock:  # every hub checkpoint of the study, one refs request per repo
             lock_study([s for s in checkpoints.values() if s.source == "hub"], specs[0].lock)
+        else:
+            check_hub_checkpoints(specs)
     except HubRevisionError as err:
         raise WorkflowError(f"checkpoints.hub: {err}") from None
 
