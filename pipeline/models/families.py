@@ -218,9 +218,10 @@ FAMILIES: dict[str, Family] = {
         batches={"135M": {"": 1_048_576}, "1.7B": {"": 2_097_152}, "360M": {"": None}},
         default_size="1.7B",
     ),
-    # SmolLM3-3B checkpoints: GBS 2,359,296 tokens through pre-training stages 1-3 (its card); the
-    # long-context stages' batch is not given. Revision names are not confirmed here: `step-N`,
-    # optionally prefixed by the stage, is assumed.
+    # SmolLM3-3B checkpoints: GBS 2,359,296 tokens through pre-training stages 1-3 (its card, whose
+    # example revision is `stage1-step-40000`); the long-context stages' batch and names are not
+    # given (a revision in another stage stops the study unless stage_batches names it). That
+    # stages 2 and 3 are named `stage2-step-N`, `stage3-step-N` is assumed from stage 1's.
     "smollm3": Family(
         "smollm3",
         "huggingface.co/HuggingFaceTB/SmolLM3-3B-checkpoints (model card: GBS 2,359,296; stages 1-3)",
