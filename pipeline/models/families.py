@@ -332,6 +332,11 @@ def budget_tokens(fam: Family, size: str, budget: str) -> int:
 
 def _check_choice(key: str, value, allowed, fam: Family) -> None:
     if value not in allowed:
+        if tuple(allowed) == ("",):
+            raise HubRevisionError(
+                f"checkpoints.hub.{key}: family {fam.name} has no {key} to choose (its budgets: "
+                f"{', '.join(fam.budgets)}, listed in checkpoints.hub.revisions or picked by select)"
+            )
         shown = ", ".join(repr(a) for a in allowed)
         raise HubRevisionError(
             f"checkpoints.hub.{key}: family {fam.name} does not publish {value!r} (it has: {shown})"

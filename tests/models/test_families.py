@@ -140,6 +140,10 @@ def test_polypythias_seeds_are_the_statistics_pretraining_seeds():
             "checkpoints.hub.size: family polypythias does not publish '70m'",
         ),
         ({"family": "evolm", "size": "1B", "seeds": None, "revisions": ["25BT"]}, "does not publish '25BT'"),
+        (
+            {"family": "datadecide", "size": "1B", "variant": "c4", "seeds": None},
+            "datadecide has no size to choose",
+        ),
     ],
     ids=lambda x: x if isinstance(x, str) else None,
 )
