@@ -2,7 +2,7 @@
 sha256 of its weight files recorded, and two checkpoints serving identical weights stopping the
 study before any job uses them (hub branches have served the wrong weights:
 EleutherAI/pythia#205, EleutherAI/pythia#108). The record is the study's hub lock,
-`results/<study>/hub/lock.json`: {checkpoint: {repo, revision, commit, weights: {file: sha256}}};
+`results/<study>/hub/lock.json`: {checkpoint: {repo, revision, commit, weights, weights_from}};
 jobs load the locked commit (offline when its snapshot is cached) and every output row carries
 (repo, revision, commit).
 
@@ -47,13 +47,14 @@ def weight_hashes(
     offline: bool | None = None,
     endpoint: str | None = None,
     timeout: float = 10.0,
-) -> dict[str, str]:
-    """{weight file: sha256} of one commit: from the hub's LFS metadata when online (one request,
-    no download), else computed from the cached snapshot's files. Neither available is an error."""
+) -> tuple[dict[str, str], str]:
+    """({weight file: sha256}, where from) of one commit: the hub's LFS metadata when online ("lfs":
+    one request, no download), else computed from the cached snapshot's files ("cache"). Neither
+    available is an error."""
     if not hub_offline(offline):
         hashes = _lfs_hashes(model_id, commit, endpoint, timeout)
         if hashes:
-            return hashes
+            return hashes, "lfs"
     snap = repo_cache_dir(model_id, cache_dir) / "snapshots" / commit
     files = (
         sorted(p for p in snap.rglob("*") if p.is_file() and is_weight_file(p.name)) if snap.is_dir() else []
@@ -63,7 +64,7 @@ def weight_hashes(
             f"{model_id} at commit {commit}: no weight file ({', '.join(WEIGHT_SUFFIXES)}) in the cache at "
             f"{hub_cache_dir(cache_dir)} and no LFS metadata from the hub to hash it by"
         )
-    return {p.relative_to(snap).as_posix(): file_sha256(p) for p in files}
+    return {p.relative_to(snap).as_posix(): file_sha256(p) for p in files}, "cache"
 
 
 def _lfs_hashes(model_id: str, commit: str, endpoint: str | None, timeout: float) -> dict[str, str]:
@@ -145,12 +146,13 @@ def lock_study(specs: Iterable, lock_path: str | os.PathLike, timeout: float = 1
             raise HubRevisionError(
                 f"{spec.model_id}@{spec.revision}: no commit to lock (not cached, hub unreachable)"
             )
-        weights = weight_hashes(spec.model_id, commit, spec.cache_dir, spec.offline, timeout=timeout)
+        weights, source = weight_hashes(spec.model_id, commit, spec.cache_dir, spec.offline, timeout=timeout)
         records[spec.name] = {
             "repo": spec.model_id,
             "revision": spec.revision,
             "commit": commit,
             "weights": weights,
+            "weights_from": source,
         }
     if moved:
         raise HubRevisionError(

@@ -75,6 +75,7 @@ def test_lock_records_commits_and_weight_hashes(dup_cache, tmp_path):
         assert (rec["repo"], rec["revision"], rec["commit"]) == (MODEL, spec.revision, commits[spec.revision])
         snap = cache / ("models--" + MODEL.replace("/", "--")) / "snapshots" / rec["commit"]
         assert rec["weights"] == {"model.safetensors": file_sha256(snap / "model.safetensors")}
+        assert rec["weights_from"] == "cache"
         row = spec.row_fields("s")
         assert (row["repo"], row["revision"], row["commit"]) == (MODEL, spec.revision, commits[spec.revision])
         # a job loads the locked commit, from the cache alone even without offline mode
@@ -201,6 +202,7 @@ def test_online_hashes_come_from_lfs_metadata_without_download(fake_hub, tmp_pat
         "step1000-tokens4M": ("a" * 40, {"model.safetensors": "1" * 64}),
         "step2000-tokens8M": ("b" * 40, {"model.safetensors": "2" * 64}),
     }
+    assert {r["weights_from"] for r in records.values()} == {"lfs"}
     assert not any(tmp_path.glob("models--*"))  # nothing downloaded
     study = hub_checkpoints(
         MODEL,
