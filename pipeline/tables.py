@@ -30,8 +30,11 @@ METRIC_COLUMNS: dict[str, pa.DataType] = {
     "model": pa.string(),  # size preset / model family, e.g. "tiny", "allenai/OLMo-1B-hf"
     "budget": pa.float64(),  # pre-training budget in `budget_unit`
     "budget_unit": pa.string(),  # tokens | feature_index (theory track)
-    "pretrain_seed": pa.int64(),  # seed of the pre-training run (null: a hub / local checkpoint)
+    "pretrain_seed": pa.int64(),  # the pre-training run's seed (null: local, or a hub one without seeds)
     "schedule_phase": pa.string(),  # decayed | stable: the LR annealed at the checkpoint? (null: unknown)
+    "repo": pa.string(),  # hub: the model repository the weights came from (null off the hub)
+    "revision": pa.string(),  # hub: the revision the study names
+    "commit": pa.string(),  # hub: the commit that revision was locked to at start-up
     "modification": pa.string(),  # none | gaussian | sft | ...
     "gamma": pa.float64(),  # Gaussian perturbation scale (relative to init std)
     "task": pa.string(),  # fine-tuning task
@@ -100,10 +103,11 @@ def write_metrics(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> pd.Dat
 
 
 def aggregate_metrics(parts: Iterable[str | Path], provenance: Mapping[str, str]) -> pd.DataFrame:
-    """Concatenate per-job metric files and stamp provenance columns."""
+    """Concatenate per-job metric files and stamp provenance columns (a column a part written
+    before it existed is null there, e.g. a hub row's `commit`)."""
     frames = [pd.read_parquet(p) for p in parts]
     df = pd.concat(frames, ignore_index=True) if frames else metrics_frame([])
-    df = df.reindex(columns=list(METRIC_COLUMNS))  # a column added since a part was written: null there
+    df = df.reindex(columns=list(METRIC_COLUMNS))
     for col in PROVENANCE_COLUMNS:
         df[col] = provenance[col]
     table = pa.Table.from_pandas(df[list(SCHEMA.names)], schema=SCHEMA, preserve_index=False)

@@ -8,7 +8,9 @@ import re
 from dataclasses import dataclass
 
 from pipeline.layout import PRETRAIN_RUN, PRETRAIN_STABLE_TWIN, study_path
+from pipeline.models.families import family_checkpoints
 from pipeline.models.hub import checkpoint_name, resolve_hub
+from pipeline.models.integrity import LOCK, locked_commit
 
 SOURCES = ("sweep", "local", "hub")
 # where a checkpoint sits on its learning-rate schedule (the rows' schedule_phase): annealed at its
@@ -33,7 +35,8 @@ class CheckpointSpec:
     cache_dir: str | None = None  # hub: the HF cache to read (None: $HF_HUB_CACHE or the default)
     offline: bool | None = None  # hub: True loads from the cache only; None follows HF_HUB_OFFLINE
     params: int | None = None  # hub: parameter count, for job resources only
-    pretrain_seed: int | None = None  # sweep: the seed of the pre-training run (init and data order)
+    pretrain_seed: int | None = None  # the pre-training run's seed (sweep; a hub family's published seed)
+    lock: str | None = None  # hub: the study's lock (revision -> commit, weights' sha256; integrity.py)
     phase: str | None = None  # "stable" for a WSD stable twin; None: a sweep run's own (decayed)
 
     def __post_init__(self) -> None:
@@ -70,7 +73,15 @@ class CheckpointSpec:
             budget_unit="tokens",
             pretrain_seed=self.pretrain_seed,
             schedule_phase=self.schedule_phase,
+            repo=self.model_id,
+            revision=self.revision,
+            commit=self.commit,
         )
+
+    @property
+    def commit(self) -> str | None:
+        """The commit a hub revision was locked to at start-up (None before, and off the hub)."""
+        return locked_commit(self.name, self.lock) if self.source == "hub" else None
 
 
 def sweep_name(preset: str, budget: int, seed: int) -> str:
@@ -117,6 +128,7 @@ def hub_checkpoints(
     params: int | None = None,
     cache_dir: str | None = None,
     offline: bool | None = None,
+    lock: str | None = None,
 ) -> list[CheckpointSpec]:
     """Hub revisions of one model id (or of a Table 1 preset, `pipeline/models/hub.py`).
 
@@ -137,8 +149,31 @@ def hub_checkpoints(
             cache_dir=cache_dir,
             offline=offline,
             params=n_params,
+            lock=lock,
         )
         for rev, tokens in resolved
+    ]
+
+
+def family_specs(hub: dict, lock: str | None = None) -> list[CheckpointSpec]:
+    """A family's checkpoints (pipeline/models/families.py): its published seeds become the
+    runs' `pretrain_seed`, all under one `model` label, so the statistics treat them as the
+    evidence study treats its own pre-training seeds."""
+    return [
+        CheckpointSpec(
+            checkpoint_name(c.repo, c.revision),
+            "hub",
+            c.model,
+            c.tokens,
+            model_id=c.repo,
+            revision=c.revision,
+            cache_dir=hub.get("cache_dir"),
+            offline=hub.get("offline"),
+            params=hub.get("params") or c.params,
+            pretrain_seed=c.pretrain_seed,
+            lock=lock,
+        )
+        for c in family_checkpoints(hub)
     ]
 
 
@@ -152,6 +187,8 @@ def study_checkpoints(config: dict) -> list[CheckpointSpec]:
         specs = sweep_checkpoints(pt["presets"], pt["budgets"], pt["seeds"], config["study"], twins)
     elif source == "local":
         specs = local_checkpoints(ck.get("local") or [])
+    elif (ck.get("hub") or {}).get("family"):
+        specs = family_specs(ck["hub"], study_path(config["study"], LOCK))
     else:
         hub = ck.get("hub") or {}
         specs = hub_checkpoints(
@@ -161,6 +198,7 @@ def study_checkpoints(config: dict) -> list[CheckpointSpec]:
             hub.get("params"),
             hub.get("cache_dir"),
             hub.get("offline"),
+            lock=study_path(config["study"], LOCK),
         )
     if not specs:
         raise ValueError(f"checkpoints: source {source!r} names no checkpoint")

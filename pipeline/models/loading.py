@@ -60,7 +60,7 @@ def load_checkpoint(
     if spec.source == "hub":
         location, kwargs = spec.model_id, hub_kwargs(spec)
         if kwargs["local_files_only"]:
-            check_hub_revisions(spec.model_id, [spec.revision], offline=True, cache_dir=spec.cache_dir)
+            check_hub_revisions(spec.model_id, [kwargs["revision"]], offline=True, cache_dir=spec.cache_dir)
         kwargs = with_adapter_lookup(kwargs)
     else:
         location, kwargs = path or spec.path, {}
@@ -93,11 +93,15 @@ def load_checkpoint_tokenizer(spec: CheckpointSpec, path: str | None):
 
 
 def hub_kwargs(spec: CheckpointSpec) -> dict:
-    """from_pretrained arguments of a hub checkpoint: revision, cache_dir, local_files_only."""
+    """from_pretrained arguments of a hub checkpoint: revision, cache_dir, local_files_only. With
+    the study's lock, the revision is the commit it was locked to at start-up, read from the
+    cache alone when its snapshot is there (no request to the hub per job)."""
+    commit = spec.commit
+    cached = commit is not None and cached_commit(spec.model_id, commit, spec.cache_dir) is not None
     return {
-        "revision": spec.revision,
+        "revision": commit or spec.revision,
         "cache_dir": spec.cache_dir,
-        "local_files_only": hub_offline(spec.offline),
+        "local_files_only": hub_offline(spec.offline) or cached,
     }
 
 
@@ -140,7 +144,7 @@ def fingerprint(spec: CheckpointSpec, path: str | None) -> str:
     branch such as `main` that moves to a new commit gets a new fingerprint).
     """
     if spec.source == "hub":
-        commit = cached_commit(spec.model_id, spec.revision, spec.cache_dir)
+        commit = spec.commit or cached_commit(spec.model_id, spec.revision, spec.cache_dir)
         key = f"{spec.model_id}@{commit or spec.revision}"
     else:
         files = (

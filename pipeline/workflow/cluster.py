@@ -20,6 +20,7 @@ from snakemake.exceptions import WorkflowError
 from pipeline.judge.config import JudgeConfigError, JudgeResources
 from pipeline.models.checkpoints import CheckpointSpec
 from pipeline.models.hub import HubRevisionError, check_hub_checkpoints
+from pipeline.models.integrity import lock_study
 from pipeline.models.presets import SIZE_PRESETS
 from pipeline.train.memory import Plan, PlanError
 from pipeline.workflow.config import finetune_ranks
@@ -244,11 +245,16 @@ def stop_status_checks_promptly() -> bool:
 
 def check_hub_jobs(jobs: Iterable, checkpoints: Checkpoints) -> None:
     """Every hub revision a job to run loads exists (offline: is in the cache); the error names the
-    model id, the revision and what to do. Not under --dry-run (onstart does not run there)."""
+    model id, the revision and what to do. When a job loads one, every hub checkpoint of the study
+    is locked (pipeline/models/integrity.py: revision -> commit, weights' sha256, identical weights
+    an error naming both revisions). Not under --dry-run (onstart does not run there)."""
     names = {getattr(job.wildcards, "checkpoint", None) for job in jobs} - {None}
     specs = [checkpoints[n] for n in sorted(names) if n in checkpoints and checkpoints[n].source == "hub"]
     try:
-        check_hub_checkpoints(specs)
+        if specs and specs[0].lock:  # every hub checkpoint of the study, one refs request per repo
+            lock_study([s for s in checkpoints.values() if s.source == "hub"], specs[0].lock)
+        else:
+            check_hub_checkpoints(specs)
     except HubRevisionError as err:
         raise WorkflowError(f"checkpoints.hub: {err}") from None
 

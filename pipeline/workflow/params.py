@@ -118,7 +118,7 @@ def checkpoint_params(spec: CheckpointSpec) -> dict:
     keys = ("name", "source", "model", "tokens", "path", "model_id", "revision", "pretrain_seed")
     out = {k: getattr(spec, k) for k in keys}
     return out | {
-        k: getattr(spec, k) for k in ("cache_dir", "offline", "phase") if getattr(spec, k) is not None
+        k: getattr(spec, k) for k in ("cache_dir", "offline", "lock", "phase") if getattr(spec, k) is not None
     }
 
 

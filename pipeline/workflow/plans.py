@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
+from pipeline.models.families import family_shape
 from pipeline.models.hub import HUB_PRESETS, hub_shape
 from pipeline.models.presets import SIZE_PRESETS, preset_shape
 from pipeline.models.shapes import ModelShape, shape_of
@@ -28,7 +29,7 @@ def checkpoint_shape(spec: CheckpointSpec, vocab: int | None) -> ModelShape:
         return preset_shape(spec.model, vocab or 50304)
     if spec.source == "local" and spec.path and Path(spec.path, "config.json").is_file():
         return shape_of(SimpleNamespace(**json.loads(Path(spec.path, "config.json").read_text())))
-    shape = hub_shape(spec.model_id) if spec.model_id else None
+    shape = (hub_shape(spec.model_id) or family_shape(spec.model_id)) if spec.model_id else None
     if shape is None:
         known = ", ".join(p.model_id for p in HUB_PRESETS.values())
         raise PlanError(

@@ -328,6 +328,42 @@ def test_config_offline_makes_no_network_request(hub_cache, monkeypatch, lookups
     assert lookups == []
 
 
+def test_a_job_loads_the_locked_commit_from_the_cache_without_a_request(
+    hub_cache, tmp_path, monkeypatch, lookups
+):
+    """After the start-up lock (pipeline/models/integrity.py), a job not in offline mode loads the
+    commit its revision was locked to from the cache: the locked weights, not one lookup, even
+    when the branch has since moved in the cache (refs/<revision> re-pointed)."""
+    from pipeline.models.integrity import lock_study
+
+    cache, weights = hub_cache
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    # huggingface_hub 2.4 builds its user agent online by fetching a registry of agent harnesses
+    # (/api/agent-harnesses, telemetry, once per process): not a request about the model
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    lock = tmp_path / "lock.json"
+    offline_spec = hub_checkpoints(
+        MODEL_ID, ["step2000-tokens8M"], cache_dir=str(cache), offline=True, lock=str(lock)
+    )
+    records = lock_study(offline_spec, lock)
+    spec = hub_checkpoints(
+        MODEL_ID, ["step2000-tokens8M"], cache_dir=str(cache), offline=False, lock=str(lock)
+    )[0]
+    ref = cache / ("models--" + MODEL_ID.replace("/", "--")) / "refs" / "step2000-tokens8M"
+    original = ref.read_text()
+    ref.write_text(
+        (cache / ("models--" + MODEL_ID.replace("/", "--")) / "refs" / "step1000-tokens4M").read_text()
+    )
+    try:
+        model = load_checkpoint(spec, None)[0]
+    finally:
+        ref.write_text(original)
+    assert spec.commit == records[spec.name]["commit"] == original
+    embed = weights["step2000-tokens8M"]["model.embed_tokens.weight"]
+    assert torch.equal(model.model.embed_tokens.weight, embed) and lookups == []
+
+
 def test_hf_hub_offline_environment_in_a_fresh_process(hub_cache):
     """The real environment: HF_HUB_OFFLINE=1 and HF_HUB_CACHE set before anything is imported, no
     cache_dir in the config."""
