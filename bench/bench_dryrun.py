@@ -1,7 +1,7 @@
 """Wall time of a Snakemake dry run of a paper-scale grid.
 
 3 sizes (olmo-15m/30m/90m) x 6 budgets (4B..128B tokens, Appendix C.1) x 10 gammas x 3 seeds:
-18 pre-training jobs and 18 perturbation jobs (each evaluates its checkpoint's 31 cells), and the
+18 pre-training jobs and 18 evaluate jobs (each evaluates its checkpoint's 31 cells), and the
 fine-tuning sweep: 10 tasks (the 7 embedded ones and the 3 instruction-tuning datasets, read from
 the hub) x Table 4's 27 learning rates x 3 seeds x lambdas, one job each (14,580 jobs per lambda),
 plus aggregation; then the same DAG through the cluster profile

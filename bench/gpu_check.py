@@ -327,11 +327,11 @@ def step_pretrain(args, device: torch.device) -> dict:
 
 # (modification, eval_data) pairs the kit study's metrics table must hold: every stage wrote rows
 STUDY_ROWS = [
-    ("none", "pretrain"),  # perturb: the base model's held-out perplexity
-    ("gaussian", "pretrain"),  # perturb: Gaussian perturbations
-    ("none", "benchmark:arc_easy"),  # lm_eval: the suite on base models
+    ("none", "pretrain"),  # evaluate: the base model's held-out perplexity
+    ("gaussian", "pretrain"),  # evaluate: Gaussian perturbations
+    ("none", "benchmark:arc_easy"),  # evaluate: the suite on base models
     ("gaussian", "benchmark:arc_easy"),
-    ("none", "mbpp"),  # task_base: in-domain metrics before fine-tuning
+    ("none", "mbpp"),  # evaluate: in-domain metrics before fine-tuning
     ("sft", "pretrain"),  # finetune: pre-training perplexity after fine-tuning
     ("sft", "mbpp"),
     ("sft", "weights"),
@@ -480,7 +480,7 @@ def step_torchrun(args, device: torch.device) -> dict:
     from pipeline.train.config import FinetuneConfig, execution
     from pipeline.train.finetune_job import FinetuneJob, run_in_process, run_on_ranks
     from pipeline.workflow.config import eval_config
-    from pipeline.workflow.params import finetune_bench, finetune_params
+    from pipeline.workflow.params import benchmark_params, finetune_params
     from pipeline.workflow.plans import finetune_plan
 
     config = kit_study_config(args, device)
@@ -515,7 +515,7 @@ def step_torchrun(args, device: torch.device) -> dict:
             metrics_path=str(work / f"{name}.parquet"),
             path=str(ROOT / spec.path),
             device=device.type,
-            suite=BenchmarkSettings(**finetune_bench(config)) if finetune_bench(config) else None,
+            suite=BenchmarkSettings(**benchmark_params(config)) if benchmark_params(config) else None,
             **kw,
         )
 

@@ -23,6 +23,9 @@ TOKEN_SHARD = "data/shards/{shard}.bin"
 TOKEN_SHARD_INDEX = "data/shards/{shard}.idx"
 TOKEN_SHARD_INFO = "data/shards/{shard}.json"
 TOKEN_COVERAGE = "data/token_coverage.parquet"
+# the study's checkpoints as planned (budget, series, coarse-to-fine priority), written before any
+# other job: what a partial sweep's findings count their budgets against ("n of N budgets")
+SWEEP_PLAN = "data/sweep_plan.parquet"
 REFERENCE_PPL = "data/reference_ppl.parquet"  # the held-out split under a unigram model and a uniform guess
 # one run of the sweep: a save_pretrained dir (+ init_std.json, loss curve, summary.json)
 PRETRAIN_RUN = "pretrain/{model}/seed{pretrain_seed}/{budget}"

@@ -37,6 +37,7 @@ rule alpaca_eval_base:
         study_path("logs/alpaca_eval/base/{checkpoint}.log"),
     benchmark:
         study_path("benchmarks/alpaca_eval/base/{checkpoint}.tsv")
+    priority: budget_priority
     conda:
         "../envs/overtrain.yaml"
     threads: config["finetune"]["threads"]

@@ -111,6 +111,31 @@ rule loss_curves:
         "scripts/loss_curves.py"
 
 
+# The study's checkpoints as planned (series, budget, coarse-to-fine priority), from the config alone
+# and before any other job: a partial sweep's findings say "n of N budgets" against it (`make docs`).
+localrules:
+    sweep_plan,
+
+
+rule sweep_plan:
+    output:
+        study_path(layout.SWEEP_PLAN),
+    log:
+        study_path("logs/sweep_plan.log"),
+    benchmark:
+        study_path("benchmarks/sweep_plan.tsv")
+    priority: priority.FIRST
+    conda:
+        "../envs/overtrain.yaml"
+    threads: 1
+    resources:
+        **fixed_resources(1000, 5),
+    params:
+        rows=targets.sweep_plan(CHECKPOINTS),
+    script:
+        "scripts/sweep_plan.py"
+
+
 # Every registered claim (pipeline/analysis/claims.py) on this study's tables, with its verdict.
 rule findings:
     input:

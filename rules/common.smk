@@ -9,7 +9,7 @@ from pipeline.data.tasks import TASK_NAMES
 from pipeline.data.token_shards import shard_set
 from pipeline.multimodal.config import VLM_TASKS
 from pipeline import layout
-from pipeline.workflow import cluster, multimodal, pretrain_sweep, targets
+from pipeline.workflow import cluster, multimodal, pretrain_sweep, priority, targets
 from pipeline.workflow.config import (
     alpaca_eval_config,
     alpaca_eval_enabled,
@@ -33,7 +33,7 @@ from pipeline.workflow.params import (
     curvature_eval,
     curvature_finetune_params,
     curvature_params,
-    finetune_bench,
+    benchmark_params,
     finetune_params,
     generation_params,
     judge_params,
@@ -150,6 +150,15 @@ def finetune_resources(runs=1):
 
 def fixed_resources(mem_mb, runtime):
     return cluster.fixed_resources(mem_mb, runtime)
+
+
+def budget_priority(wildcards):
+    """Coarse to fine: a job's priority from its budget's place in the sweep (ends and middle first)."""
+    return priority.job_priority(CHECKPOINTS, dict(wildcards.items()))
+
+
+def evaluate_inputs(wildcards):
+    return targets.evaluate_inputs(config, CHECKPOINTS[wildcards.checkpoint])
 
 
 def checkpoint_dir(wildcards):

@@ -15,6 +15,7 @@ rule curvature:
         study_path("logs/curvature/{checkpoint}.log"),
     benchmark:
         study_path("benchmarks/curvature/{checkpoint}.tsv")
+    priority: budget_priority
     conda:
         "../envs/overtrain.yaml"
     threads: config["curvature"]["threads"]

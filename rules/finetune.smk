@@ -1,6 +1,7 @@
-# Fine-tuning sweep (Section 3.4): task tables, the base model's in-domain metrics, and one job
-# per (checkpoint, task, method, learning rate, lambda, seed). Grid values are wildcards; every other
-# hyperparameter is in params, so a config change reruns exactly the jobs it touches.
+# Fine-tuning sweep (Section 3.4): task tables and one job per (checkpoint, task, method, learning
+# rate, lambda, seed); the base model's in-domain metrics come from rule evaluate. Grid values are
+# wildcards; every other hyperparameter is in params, so a config change reruns exactly the jobs it
+# touches.
 
 
 rule task_data:
@@ -23,31 +24,6 @@ rule task_data:
         "scripts/task_data.py"
 
 
-rule task_base:
-    input:
-        checkpoint=checkpoint_dir,
-        task=study_path(layout.TASK_TABLE),
-    output:
-        study_path(layout.TASK_BASE_PART),
-    log:
-        study_path("logs/finetune/{checkpoint}/{task}/base.log"),
-    benchmark:
-        study_path("benchmarks/finetune/{checkpoint}/{task}/base.tsv")
-    wildcard_constraints:
-        task=TEXT_TASK,
-    conda:
-        "../envs/overtrain.yaml"
-    threads: config["finetune"]["threads"]
-    resources:
-        **preset_resources("perturb"),
-    params:
-        spec=checkpoint_spec,
-        hp=task_base_params(config),
-        device=DEVICE,
-    script:
-        "scripts/task_base.py"
-
-
 rule finetune:
     input:
         **generation_inputs(),
@@ -64,6 +40,7 @@ rule finetune:
         study_path(layout.FINETUNE_BENCHMARK)
     wildcard_constraints:
         task=TEXT_TASK,
+    priority: budget_priority
     conda:
         "../envs/overtrain.yaml"
     threads: config["finetune"]["threads"]
@@ -76,7 +53,7 @@ rule finetune:
         task=text_task_params,
         eval=eval_config(config),
         token_cache=study_path(layout.TOKEN_CACHE),
-        bench=finetune_bench(config),
+        bench=benchmark_params(config),
         curv=curvature_finetune_params(config),
         state=study_path("finetune/.resume/{checkpoint}/{task}/{method}/lr{lr}_lam{lam}_seed{seed}"),
         device=DEVICE,
@@ -110,7 +87,7 @@ if grid_jobs(config):
             task=text_task_params,
             eval=eval_config(config),
             token_cache=study_path(layout.TOKEN_CACHE),
-            bench=finetune_bench(config),
+            bench=benchmark_params(config),
             curv=curvature_finetune_params(config),
             state=study_path("finetune/.resume/{checkpoint}/{task}/{method}/grid_lam{lam}_seed{seed}"),
             device=DEVICE,

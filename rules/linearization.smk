@@ -18,6 +18,7 @@ rule ntk:
         study_path("logs/curvature/{checkpoint}/ntk.log"),
     benchmark:
         study_path("benchmarks/curvature/{checkpoint}/ntk.tsv")
+    priority: budget_priority
     conda:
         "../envs/overtrain.yaml"
     threads: config["curvature"]["threads"]

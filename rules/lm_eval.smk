@@ -1,33 +1,5 @@
-# Generalist benchmarks through lm-evaluation-harness (Section 2, Figure 2): one job per checkpoint
-# scores its base model and its whole gamma x seed Gaussian grid on every task of eval.benchmarks
-# (the checkpoint is loaded once; finished cells are cached). Fine-tuned models are scored inside
-# their fine-tuning job (rules/finetune.smk), as their weights are never written to disk. Code:
-# pipeline/sweeps/benchmark_grid.py over pipeline/evaluate/benchmarks.py (lm-eval's name for the stage).
-
-
-rule lm_eval:
-    input:
-        checkpoint=checkpoint_dir,
-    output:
-        study_path(layout.LM_EVAL_PART),
-    log:
-        study_path("logs/lm_eval/{checkpoint}.log"),
-    benchmark:
-        study_path("benchmarks/lm_eval/{checkpoint}.tsv")
-    conda:
-        "../envs/overtrain.yaml"
-    threads: config["perturb"]["threads"]
-    resources:
-        **preset_resources("perturb"),
-    params:
-        spec=checkpoint_spec,
-        gammas=config["perturb"]["gammas"],
-        seeds=config["perturb"]["seeds"],
-        bench=bench_config(config),
-        cache=lambda wc: study_path(f"lm_eval/.cells/{wc.checkpoint}"),
-        device=DEVICE,
-    script:
-        "scripts/lm_eval.py"
+# The generalist benchmarks' figure (Section 2, Figure 2): the lm-eval suite's rows of the base models
+# and their perturbations (rule evaluate, rules/evaluate.smk) and of the fine-tuned models.
 
 
 rule benchmark_figures:

@@ -63,6 +63,7 @@ rule vlm_projector:
         study_path("benchmarks/finetune/{checkpoint}/{task}/projector.tsv")
     wildcard_constraints:
         task=VLM_TASK,
+    priority: budget_priority
     conda:
         "../envs/overtrain.yaml"
     threads: config["finetune"]["threads"]
@@ -94,7 +95,7 @@ use rule finetune as vlm_finetune with:
         task=vlm_task_params,
         eval=eval_config(config),
         token_cache=study_path(layout.TOKEN_CACHE),
-        bench=finetune_bench(config),
+        bench=benchmark_params(config),
         curv=None,
         state=study_path("finetune/.resume/{checkpoint}/{task}/{method}/lr{lr}_lam{lam}_seed{seed}"),
         device=DEVICE,

@@ -16,8 +16,9 @@ rule pretrain:
         study_path("logs/pretrain/{model}-{budget}-s{pretrain_seed}.log"),
     benchmark:
         study_path("benchmarks/pretrain/{model}-{budget}-s{pretrain_seed}.tsv")
-    # the sweep before the jobs of its first checkpoints: the longest budget is the critical path
-    priority: 1
+    # coarse to fine (pipeline/workflow/priority.py): the longest budget first (the critical path),
+    # then the shortest and the middle; every job on a budget shares its priority
+    priority: budget_priority
     conda:
         "../envs/overtrain.yaml"
     threads: config["pretrain"]["threads"]
@@ -43,7 +44,7 @@ rule pretrain_stable:
         study_path("logs/pretrain/{model}-stable-step{step}-s{pretrain_seed}.log"),
     benchmark:
         study_path("benchmarks/pretrain/{model}-stable-step{step}-s{pretrain_seed}.tsv")
-    priority: 1
+    priority: budget_priority
     conda:
         "../envs/overtrain.yaml"
     threads: config["pretrain"]["threads"]

@@ -91,7 +91,7 @@ def test_the_kit_runs_end_to_end_in_an_image_shaped_environment(image_python, tm
     study = steps["study"]["figures"]
     assert study["eval_dtype"] == "float32" and study["finetune_precision"] == ["fp32"]
     assert study["judged_pairs"] > 0 and study["unparsable"] == 0
-    assert {"pretrain", "perturb", "lm_eval", "finetune", "alpaca_eval", "curvature"} <= set(study["stages"])
+    assert {"pretrain", "evaluate", "finetune", "alpaca_eval", "curvature"} <= set(study["stages"])
     run = steps["torchrun"]["figures"]
     assert run["backend"] == "gloo" and run["max_rel_diff_rank_vs_single"] <= 1e-4
     assert run["max_rel_diff_resumed_vs_uninterrupted"] == 0.0  # a resume is exact on CPU

@@ -9,6 +9,11 @@ into `docs/figures/`, and docs/findings.md is rendered from the reference copies
 README's claims table (between `<!-- findings:begin -->` and `<!-- findings:end -->`). A test renders
 both again and compares, so no documented number can drift from the rows it came from. Every
 number in them comes from here: nothing is typed by hand.
+
+A partial sweep renders too (the workflow runs it coarse to fine, pipeline/workflow/priority.py):
+a study directory without its metrics table yet has it aggregated from the per-job tables finished so
+far, and a claim whose tables lack some of the study's planned budgets (data/sweep_plan.parquet)
+says "n of N budgets" beside its verdict.
 """
 
 from __future__ import annotations
@@ -20,9 +25,14 @@ import shutil
 import sys
 from pathlib import Path
 
+import pandas as pd
+
+from pipeline import layout
 from pipeline.analysis.claims import CLAIMS, Claim, Finding, evaluate, tables_read
 from pipeline.analysis.stats import SCENARIO_CLAIMS, figure7_scenario
 from pipeline.analysis.study_tables import StudyTables
+from pipeline.io import write_parquet
+from pipeline.tables import aggregate_metrics, git_commit, package_versions
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "docs" / "reference"
@@ -79,8 +89,25 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
-def verdict_text(f: Finding) -> str:
-    return MARK.get(f.verdict, f"not computed: {f.missing}")
+def verdict_text(f: Finding, coverage: str = "") -> str:
+    """The verdict's mark, with "(n of N budgets)" where the claim's tables lack planned budgets."""
+    text = MARK.get(f.verdict, f"not computed: {f.missing}")
+    return f"{text} ({coverage})" if coverage else text
+
+
+def budget_coverage(claim: Claim, tables: StudyTables) -> str:
+    """The text "n of N budgets" when the claim's tables hold n < N of the N budgets its study
+    planned (a partial sweep: a budget counts once every table of the claim has a row of it); ""
+    for a whole sweep, or a study without a plan (data/sweep_plan.parquet)."""
+    plan = tables.root / layout.SWEEP_PLAN
+    if not plan.is_file():
+        return ""
+    planned = set(pd.read_parquet(plan, columns=["budget"])["budget"])
+    held = set(planned)
+    for rel in claim.tables:
+        if tables.has(rel) and "budget" in (table := tables.table(rel)).columns:
+            held &= set(table["budget"].dropna())
+    return f"{len(held)} of {len(planned)} budgets" if len(held) < len(planned) else ""
 
 
 def stability(f: Finding) -> str:
@@ -102,9 +129,9 @@ def _detectable(e) -> str:
     return f"{fmt(e.detectable)}"
 
 
-def render_finding(f: Finding, number: str) -> str:
+def render_finding(f: Finding, number: str, coverage: str = "") -> str:
     c = f.claim
-    out = [f"### {number} {c.title}: {verdict_text(f)}", "", f"> {c.statement}", ""]
+    out = [f"### {number} {c.title}: {verdict_text(f, coverage)}", "", f"> {c.statement}", ""]
     out += [
         _table(
             ["", ""],
@@ -143,13 +170,27 @@ def render_finding(f: Finding, number: str) -> str:
     return "\n".join(out)
 
 
-def render(findings: list[Finding], title: str, intro: str, note: str = NOTE) -> str:
-    """A findings page: a summary table of every claim's verdict, then each claim in full."""
+def render(
+    findings: list[Finding],
+    title: str,
+    intro: str,
+    note: str = NOTE,
+    coverage: dict[str, str] | None = None,
+) -> str:
+    """A findings page: a summary table of every claim's verdict, then each claim in full;
+    `coverage`: "n of N budgets" by claim key, for those whose tables lack planned budgets."""
+    coverage = coverage or {}
     sections: dict[str, list[tuple[str, Finding]]] = {}
     for i, f in enumerate(findings, 1):
         sections.setdefault(f.claim.section, []).append((f"F{i}.", f))
     summary = [
-        [n, f.claim.section, f.claim.title, f"`{f.claim.study}`", verdict_text(f)]
+        [
+            n,
+            f.claim.section,
+            f.claim.title,
+            f"`{f.claim.study}`",
+            verdict_text(f, coverage.get(f.claim.key, "")),
+        ]
         for sec in sections.values()
         for n, f in sec
     ]
@@ -164,7 +205,7 @@ def render(findings: list[Finding], title: str, intro: str, note: str = NOTE) ->
         "",
     ]
     for name, items in sections.items():
-        out += [f"## {name}", ""] + [render_finding(f, n) for n, f in items]
+        out += [f"## {name}", ""] + [render_finding(f, n, coverage.get(f.claim.key, "")) for n, f in items]
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -184,22 +225,29 @@ INTRO = (
 )
 
 
-def findings_for(claims: list[Claim], reference: Path = REFERENCE) -> list[Finding]:
-    return [evaluate(c, StudyTables(reference / c.study, c.study)) for c in claims]
+def findings_for(claims: list[Claim], reference: Path = REFERENCE) -> tuple[list[Finding], dict[str, str]]:
+    """Each claim evaluated on its study's reference tables, and its budget coverage (by key)."""
+    found, coverage = [], {}
+    for c in claims:
+        tables = StudyTables(reference / c.study, c.study)
+        found.append(evaluate(c, tables))
+        if text := budget_coverage(c, tables):
+            coverage[c.key] = text
+    return found, coverage
 
 
 def study_findings(study_dir: Path, study: str) -> str:
     """A study's own findings page (rule `findings`): every claim on this study's tables."""
     tables = StudyTables(study_dir, study)
     # every claim on this study's tables, once (a replica repeats its original on another study)
-    findings = [
-        evaluate(Claim(**{**vars(c), "study": study}), tables) for c in CLAIMS if c.replica_of is None
-    ]
+    claims = [Claim(**{**vars(c), "study": study}) for c in CLAIMS if c.replica_of is None]
+    findings = [evaluate(c, tables) for c in claims]
+    coverage = {c.key: text for c in claims if (text := budget_coverage(c, tables))}
     intro = INTRO.replace(
         "Rendered from the studies' tables in docs/reference/.", f"Rendered from results/{study}/."
     )
     note = "<!-- rendered by rule findings (pipeline/analysis/findings.py) from this study's tables -->"
-    return render(findings, f"Findings of the study `{study}`", intro, note)
+    return render(findings, f"Findings of the study `{study}`", intro, note, coverage)
 
 
 def figure7_scenarios(tables: StudyTables) -> dict[str, str]:
@@ -213,8 +261,12 @@ def figure7_scenarios(tables: StudyTables) -> dict[str, str]:
     return {task: figure7_scenario(verdicts) for task, verdicts in by_task.items()}
 
 
-def readme_block(findings: list[Finding]) -> str:
-    rows = [[f.claim.title, f"`{f.claim.study}`", verdict_text(f)] for f in findings]
+def readme_block(findings: list[Finding], coverage: dict[str, str] | None = None) -> str:
+    coverage = coverage or {}
+    rows = [
+        [f.claim.title, f"`{f.claim.study}`", verdict_text(f, coverage.get(f.claim.key, ""))]
+        for f in findings
+    ]
     return f"{NOTE}\n{_table(['claim', 'study', 'verdict'], rows)}\n"
 
 
@@ -227,12 +279,52 @@ def readme_with(readme: str, block: str) -> str:
     return _BLOCK.sub(lambda m: m.group(1) + block + m.group(3), readme)
 
 
+# the per-job metric tables of a study (layout.py's parts, wildcards as globs; a search's runs by
+# their own tables, not its gathered copy): a partial sweep's metrics are its finished jobs' rows
+METRIC_PARTS = (
+    layout.PERTURB_PART,
+    layout.LM_EVAL_PART,
+    layout.TASK_BASE_PART,
+    layout.FINETUNE_PART,
+    layout.JUDGE_PART,
+    layout.CURVATURE_SHARPNESS_PART,
+    layout.NTK_PART,
+    layout.THEORY_METRICS,
+)
+
+
+def finished_parts(study_dir: Path) -> list[Path]:
+    """The per-job metric tables a study has written so far (not its line or generation tables)."""
+    found: set[Path] = set()
+    for pattern in METRIC_PARTS:
+        found.update(study_dir.glob(re.sub(r"\{[^}]+\}", "*", pattern)))
+    return sorted(p for p in found if not p.name.endswith((".line.parquet", ".generations.parquet")))
+
+
+def partial_metrics(study_dir: Path) -> pd.DataFrame | None:
+    """A study's metrics table from the per-job tables finished so far (None if it has none), when
+    its sweep has not finished (no metrics.parquet yet); provenance: this repository's commit, no
+    config hash (the aggregation did not run in the workflow)."""
+    parts = finished_parts(study_dir)
+    if not parts:
+        return None
+    provenance = {"config_hash": "partial", "git_commit": git_commit(ROOT), "packages": package_versions()}
+    return aggregate_metrics(parts, provenance)
+
+
 def copy_reference(study_dir: Path, reference: Path = REFERENCE) -> list[Path]:
-    """The claim tables of one study into docs/reference/<study>/ (those the study has), and the
-    figures the docs show from it into docs/figures/."""
+    """The claim tables of one study and its sweep's plan into docs/reference/<study>/ (those the
+    study has; a partial sweep's metrics aggregated from its finished jobs), and the figures the
+    docs show from it into docs/figures/."""
     study = study_dir.name
     out = []
-    for rel in tables_read():
+    rels = (*tables_read(), layout.SWEEP_PLAN)
+    if not (study_dir / layout.METRICS).is_file() and (metrics := partial_metrics(study_dir)) is not None:
+        for rel in rels:  # a partial sweep's reference holds its own tables only, none of an earlier run
+            (reference / study / rel).unlink(missing_ok=True)
+        write_parquet(reference / study / layout.METRICS, metrics)
+        out.append(reference / study / layout.METRICS)
+    for rel in rels:
         src = study_dir / rel
         if src.is_file():
             dst = reference / study / rel
@@ -248,8 +340,9 @@ def copy_reference(study_dir: Path, reference: Path = REFERENCE) -> list[Path]:
 
 
 def rendered() -> tuple[str, str]:
-    findings = findings_for(CLAIMS)
-    return render(findings, "Findings", INTRO), readme_with(README.read_text(), readme_block(findings))
+    findings, coverage = findings_for(CLAIMS)
+    page = render(findings, "Findings", INTRO, coverage=coverage)
+    return page, readme_with(README.read_text(), readme_block(findings, coverage))
 
 
 def main(argv: list[str] | None = None) -> int:

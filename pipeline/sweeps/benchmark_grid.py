@@ -2,9 +2,9 @@
 (γ, seed) Gaussian perturbation of it (Figure 2 / Figures 11-22 analogues for perturbations).
 
 The checkpoint is loaded once and each cell is one `simple_evaluate` call over all tasks
-(pipeline.evaluate.benchmarks); cells are cached like the perplexity sweep's, so a killed job or an
-added γ only computes what it lacks. A separate job from the perplexity sweep: changing the
-benchmark settings reruns only these jobs.
+(pipeline.evaluate.benchmarks); cells are cached like the perplexity sweep's, so a killed job, an
+added γ or changed perplexity settings only compute what they lack. Run by rule evaluate on the
+model its other evaluations share (pipeline/train/checkpoint_eval.py).
 """
 
 from __future__ import annotations
@@ -14,15 +14,13 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
-import torch
-
 from pipeline.evaluate.benchmark_registry import benchmark_settings
 from pipeline.evaluate.benchmarks import configured_rows, eval_configured
 from pipeline.models.loading import fingerprint, load_checkpoint
 from pipeline.sweeps.cells import cell_fields, evaluate_cells
 
 if TYPE_CHECKING:
-    from pipeline.sweeps.cells import Grid
+    from pipeline.sweeps.cells import Grid, Loaded
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +37,11 @@ def summarize(results: dict) -> str:
     return " ".join(f"{task}={r['acc']:.3f}" for task, r in results.items())
 
 
-def benchmark_grid(grid: Grid, bench_cfg: dict) -> list[dict]:
-    """lm-eval accuracies of the unmodified checkpoint and each (γ, seed) perturbation; tidy rows."""
+def benchmark_grid(grid: Grid, bench_cfg: dict, loaded: Loaded | None = None) -> list[dict]:
+    """lm-eval accuracies of the unmodified checkpoint and each (γ, seed) perturbation; tidy rows.
+    `loaded`: the checkpoint already loaded by the job, else it is loaded here."""
     spec = grid.spec
-    model, tokenizer, init_std, std_source = load_checkpoint(spec, grid.path, grid.device)
+    model, tokenizer, init_std, std_source = loaded or load_checkpoint(spec, grid.path, grid.device)
     ckpt_fp = fingerprint(spec, grid.path)
     settings = benchmark_settings(bench_cfg)
     common = spec.row_fields(grid.study)
@@ -61,7 +60,4 @@ def benchmark_grid(grid: Grid, bench_cfg: dict) -> list[dict]:
         rows += configured_rows(
             results, bench_cfg, **common, **cell_fields(gamma, seed), extra={"init_std_source": std_source}
         )
-    del model
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
     return rows

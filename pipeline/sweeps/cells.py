@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# a checkpoint as `load_checkpoint` returns it: (model, tokenizer, init_std, init_std_source); a job
+# that runs several evaluations loads it once and hands it to each (pipeline/train/checkpoint_eval.py)
+Loaded = tuple["torch.nn.Module", object, dict, str]
+
 
 @dataclass(frozen=True)
 class Grid:

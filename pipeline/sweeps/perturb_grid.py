@@ -1,4 +1,5 @@
-"""One job of the perturbation sweep: a checkpoint's whole γ × seed grid, loaded once.
+"""The perturbation sweep of one checkpoint: held-out perplexity of its whole γ × seed grid, on the
+model its job loaded once (rule evaluate, pipeline/train/checkpoint_eval.py).
 
 Every evaluated cell is cached on disk (keyed by the checkpoint's fingerprint, γ, seed and
 the evaluation settings), so a job killed midway, or rerun because a γ or seed was added
@@ -13,8 +14,6 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
 from pipeline.data.heldout import heldout_eval_set
 from pipeline.evaluate.perplexity import EVAL_METRICS, eval_perplexity
 from pipeline.models.loading import dtype_name, fingerprint, load_checkpoint
@@ -22,7 +21,7 @@ from pipeline.sweeps.cells import cell_fields, evaluate_cells
 from pipeline.tables import metric_row
 
 if TYPE_CHECKING:
-    from pipeline.sweeps.cells import Grid
+    from pipeline.sweeps.cells import Grid, Loaded
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +31,14 @@ def _cell_key(ckpt_fp: str, gamma: float, seed: int, eval_cfg: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
-def perturbation_grid(grid: Grid, corpus_path: str | Path, eval_cfg: dict) -> list[dict]:
+def perturbation_grid(
+    grid: Grid, corpus_path: str | Path, eval_cfg: dict, loaded: Loaded | None = None
+) -> list[dict]:
     """Evaluate the unmodified checkpoint and every (γ, seed) perturbation of it on the corpus's
-    held-out split (`eval:` settings); tidy rows."""
+    held-out split (`eval:` settings); tidy rows. `loaded`: the checkpoint already loaded by the
+    job (`load_checkpoint`'s tuple), else it is loaded here."""
     spec, path, device = grid.spec, grid.path, grid.device
-    model, tokenizer, init_std, std_source = load_checkpoint(spec, path, device)
+    model, tokenizer, init_std, std_source = loaded or load_checkpoint(spec, path, device)
     max_len = min(
         eval_cfg.get("seq_len") or model.config.max_position_embeddings, model.config.max_position_embeddings
     )
@@ -85,9 +87,6 @@ def perturbation_grid(grid: Grid, corpus_path: str | Path, eval_cfg: dict) -> li
             )
             for m in EVAL_METRICS
         ]
-    del model
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
     return rows
 
 

@@ -39,6 +39,7 @@ from pipeline.train.proximal import ProximalStep, proximal_term
 
 if TYPE_CHECKING:
     from pipeline.models.checkpoints import CheckpointSpec
+    from pipeline.sweeps.cells import Loaded
     from pipeline.tasks.base import FinetuneTask
     from pipeline.train.finetune_job import FinetuneJob
 
@@ -53,10 +54,12 @@ def task_base_rows(
     cfg: FinetuneConfig,
     study: str,
     device: str = "cpu",
+    loaded: Loaded | None = None,
 ) -> list[dict]:
     """In-domain metrics of the unmodified checkpoint on a text task (the Δ baseline of fine-tuning),
-    in the device's evaluation dtype (`default_dtype`), as the fine-tuned model is evaluated."""
-    model, tokenizer, _, _ = load_checkpoint(spec, path, device)
+    in the device's evaluation dtype (`default_dtype`), as the fine-tuned model is evaluated.
+    `loaded`: the checkpoint already loaded by the job (rule evaluate), else it is loaded here."""
+    model, tokenizer, _, _ = loaded or load_checkpoint(spec, path, device)
     task = TextTaskSpec(task_name, str(task_path)).open()
     evals = task.eval_data(tokenizer, task.max_len(model, cfg), cfg)
     common = dict(**spec.row_fields(study), modification="none", task=task_name, eval_data=task_name)

@@ -31,6 +31,7 @@ from pipeline.workflow.config import (
     finetune_section,
     method_section,
 )
+from pipeline.workflow.targets import base_eval_tasks
 
 if TYPE_CHECKING:
     from pipeline.models.checkpoints import CheckpointSpec
@@ -54,14 +55,18 @@ def finetune_params(config: dict, method: str) -> dict:
     return hyperparameters(FinetuneConfig, method_section(config, method))
 
 
-def task_base_params(config: dict) -> dict:
-    """The fine-tuning settings the base model's in-domain evaluation reads (BASE_EVAL fields)."""
+def task_base_params(config: dict) -> dict | None:
+    """The fine-tuning settings the base model's in-domain evaluation reads (BASE_EVAL fields);
+    None without a text task to evaluate (then changing them reruns no evaluate job)."""
+    if not base_eval_tasks(config):
+        return None
     return hyperparameters(FinetuneConfig, finetune_section(config), base_eval_only=True)
 
 
-def finetune_bench(config: dict) -> dict | None:
-    """The benchmark settings a fine-tuning job scores its model with (None: no benchmarks, and
-    then changing them reruns no fine-tuning job)."""
+def benchmark_params(config: dict) -> dict | None:
+    """The benchmark settings a job scores its models with (rule evaluate: the checkpoint and its
+    perturbations; a fine-tuning job: its model). None: no benchmarks, and then changing them
+    reruns no job."""
     return bench_config(config) if benchmarks_enabled(config) else None
 
 

@@ -33,6 +33,7 @@ from pipeline.workflow.config import (
     theory_enabled,
 )
 from pipeline.workflow.multimodal import text_tasks, vlm_tasks
+from pipeline.workflow.priority import job_priority
 
 Checkpoints = dict[str, CheckpointSpec]
 
@@ -78,6 +79,31 @@ def lm_eval_parts(config: dict, checkpoints: Checkpoints) -> list[str]:
     if not benchmarks_enabled(config):
         return []
     return [path(config, layout.LM_EVAL_PART, checkpoint=name) for name in checkpoints]
+
+
+def base_eval_tasks(config: dict) -> list[str]:
+    """The fine-tuning tasks whose base in-domain metrics rule evaluate writes: the text tasks (a
+    LLaVA task's base rows come from its stage 1, rule vlm_projector)."""
+    return text_tasks(config) if finetune_enabled(config) else []
+
+
+def evaluate_outputs(config: dict) -> dict[str, str | list[str]]:
+    """Rule evaluate's tables for one checkpoint (its wildcard left to the rule): the perplexity
+    grid's, the lm-eval grid's when the suite is on, each text task's base metrics."""
+    checkpoint = "{checkpoint}"
+    out: dict[str, str | list[str]] = {"perturb": path(config, layout.PERTURB_PART)}
+    if benchmarks_enabled(config):
+        out["lm_eval"] = path(config, layout.LM_EVAL_PART)
+    if tasks := base_eval_tasks(config):
+        out["base"] = [path(config, layout.TASK_BASE_PART, checkpoint=checkpoint, task=t) for t in tasks]
+    return out
+
+
+def evaluate_inputs(config: dict, spec: CheckpointSpec) -> dict[str, str | list[str]]:
+    """Rule evaluate's inputs: the checkpoint (none for hub), the corpus of the held-out split, the
+    table of each task the base model is scored on."""
+    tables = [path(config, layout.TASK_TABLE, task=t) for t in base_eval_tasks(config)]
+    return {"checkpoint": checkpoint_inputs(spec), "corpus": path(config, layout.CORPUS), "tasks": tables}
 
 
 def finetune_parts(config: dict, checkpoints: Checkpoints, pattern: str = layout.FINETUNE_PART) -> list[str]:
@@ -317,9 +343,26 @@ def reference_ppl(config: dict, checkpoints: Checkpoints) -> list[str]:
     return [path(config, layout.REFERENCE_PPL)] if pretrain_dirs(config, checkpoints) else []
 
 
+def sweep_plan(checkpoints: Checkpoints) -> list[dict]:
+    """One row per checkpoint of the study (rule sweep_plan): its series, budget in tokens and
+    coarse-to-fine priority (pipeline/workflow/priority.py)."""
+    return [
+        {
+            "checkpoint": name,
+            "source": spec.source,
+            "model": spec.model,
+            "pretrain_seed": spec.pretrain_seed,
+            "budget": float(spec.tokens),
+            "priority": job_priority(checkpoints, {"checkpoint": name}),
+        }
+        for name, spec in checkpoints.items()
+    ]
+
+
 def findings_inputs(config: dict, checkpoints: Checkpoints) -> list[str]:
     """The tables of this study that the registered claims read (their records declare them,
-    pipeline/analysis/claims.py), those this study makes."""
+    pipeline/analysis/claims.py), those this study makes, and its sweep's plan (the budgets a
+    partial sweep's findings count against)."""
     pretrain = bool(pretrain_dirs(config, checkpoints))
     made = {
         layout.METRICS: True,
@@ -332,7 +375,7 @@ def findings_inputs(config: dict, checkpoints: Checkpoints) -> list[str]:
         layout.THEORY_METRICS: theory_enabled(config),
         layout.THEORY_TRANSFER: theory_enabled(config),
     }
-    return [path(config, t) for t in tables_read() if made[t]]
+    return [path(config, t) for t in tables_read() if made[t]] + [path(config, layout.SWEEP_PLAN)]
 
 
 def all_outputs(config: dict, checkpoints: Checkpoints) -> list[str]:

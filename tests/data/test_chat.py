@@ -504,7 +504,7 @@ def test_workflow_plans_a_chat_task(tmp_path, hub_dirs):
     assert (
         jobs["finetune"] == len(cfg["pretrain"]["budgets"]) * 7
         and jobs["task_data"] == 1
-        and jobs["task_base"] == len(cfg["pretrain"]["budgets"])
+        and jobs["evaluate"] == len(cfg["pretrain"]["budgets"])
     )
 
 

@@ -93,4 +93,4 @@ def test_rejudging_reproduces_every_annotation_and_a_new_judge_reruns_judging_on
     other = write_config(tmp_path, judge_config(str(cache), seed=1))
     jobs = planned_jobs(other)
     assert jobs.get("alpaca_eval_judge") == 1
-    assert not {"finetune", "alpaca_eval_base", "task_base", "perturb"} & set(jobs)
+    assert not {"finetune", "alpaca_eval_base", "evaluate"} & set(jobs)

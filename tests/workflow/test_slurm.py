@@ -346,7 +346,7 @@ def cluster_args(c: Cluster, tmp: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def cluster_run(cluster, tmp_path_factory):
-    """The smoke study through the profile. pretrain/perturb ask for 2 threads but get 1 CPU
+    """The smoke study through the profile. pretrain/evaluate ask for 2 threads but get 1 CPU
     (cpus_per_task), so torch must follow SLURM_CPUS_PER_TASK, not the rule's threads."""
     tmp = tmp_path_factory.mktemp("cluster-run")
     shutil.rmtree(ROOT / "results" / STUDY, ignore_errors=True)
@@ -354,10 +354,10 @@ def cluster_run(cluster, tmp_path_factory):
     threads = [
         "--set-threads",
         "pretrain=2",
-        "perturb=2",
+        "evaluate=2",
         "--set-resources",
         "pretrain:cpus_per_task=1",
-        "perturb:cpus_per_task=1",
+        "evaluate:cpus_per_task=1",
     ]
     args = cluster_args(cluster, tmp) + threads
     t0 = time.monotonic()
@@ -393,8 +393,8 @@ def test_cluster_results_equal_a_local_run(cluster_run, tmp_path_factory):
 
 def test_torch_threads_follow_the_allocation(cluster_run):
     out, _, _ = cluster_run
-    logs = sorted((out / "logs").glob("p*/*.log"))
-    assert len(logs) == 2 * len(CLUSTER_BUDGETS)  # pretrain + perturb per budget
+    logs = sorted((out / "logs").glob("[pe]*/*.log"))
+    assert len(logs) == 2 * len(CLUSTER_BUDGETS)  # pretrain + evaluate per budget
     for log in logs:
         assert "torch threads: 1 (rule threads 2, SLURM_CPUS_PER_TASK 1)" in log.read_text(), log
 
@@ -412,9 +412,8 @@ def test_groups_and_no_orphaned_jobs(cluster, cluster_run):
     ungrouped = [c for c in comments if not c.startswith(("rule_data_", "rule_aggregate_"))]
     ungrouped_rules = (
         "rule_pretrain_",
-        "rule_perturb_",
+        "rule_evaluate_",
         "rule_finetune_",
-        "rule_task_base_",
         "rule_curvature",
         "rule_ntk_",
         "rule_linearization_figures",

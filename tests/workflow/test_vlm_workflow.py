@@ -79,7 +79,7 @@ def test_a_new_stage_two_learning_rate_reruns_stage_two_only(vlm_run):
     changed = write_config(tmp, vlm_config(**{"finetune.learning_rates": [1e-3, 3e-3]}))
     jobs = planned_jobs(changed)
     assert jobs["vlm_finetune"] == 2  # one per checkpoint at the new rate
-    assert not {"vlm_data", "vlm_tower", "vlm_projector", "pretrain", "perturb"} & set(jobs), jobs
+    assert not {"vlm_data", "vlm_tower", "vlm_projector", "pretrain", "evaluate"} & set(jobs), jobs
     stage1 = write_config(tmp, vlm_config(**{"multimodal.stage1.lr": 2e-3}), "stage1.yaml")
     jobs = planned_jobs(stage1)
     assert jobs["vlm_projector"] == 2 and jobs["vlm_finetune"] == 2  # stage 2 starts from stage 1

@@ -113,7 +113,7 @@ def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
     out, cfg_path = smoke_run
     before = pd.read_parquet(out / "perturb" / "tiny-65536-s0.parquet")
     shutil.rmtree(out / "perturb" / ".cells" / "tiny-65536-s0")
-    res = snakemake(cfg_path, "--cores", "1", "--forcerun", "perturb", "--until", "perturb")
+    res = snakemake(cfg_path, "--cores", "1", "--forcerun", "evaluate", "--until", "evaluate")
     assert res.returncode == 0, res.stderr[-3000:]
     after = pd.read_parquet(out / "perturb" / "tiny-65536-s0.parquet")
     pd.testing.assert_frame_equal(before, after)
@@ -123,17 +123,17 @@ def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
     "change, expected",
     [
         ({}, {}),
-        ({"perturb.gammas": [2, 6, 4]}, {"perturb": 3, **AGG}),
+        ({"perturb.gammas": [2, 6, 4]}, {"evaluate": 3, **AGG}),
         # curvature.seeds null: the Gaussian lines follow perturb.seeds
-        ({"perturb.seeds": [0, 1, 2]}, {"perturb": 3, "curvature": 3, **LINES, **AGG}),
+        ({"perturb.seeds": [0, 1, 2]}, {"evaluate": 3, "curvature": 3, **LINES, **AGG}),
         (
             {"pretrain.budgets": [16384, 65536, 262144, 131072]},
             {
+                "sweep_plan": 1,  # the new budget in the study's plan
                 "pretrain": 1,
-                "perturb": 1,
+                "evaluate": 1,
                 "curvature": 1,
                 "ntk": 1,
-                "task_base": 2,
                 "finetune": 2,
                 "loss_curves": 1,
                 **LINES,
@@ -144,10 +144,9 @@ def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
             {"pretrain.lr": 0.02},
             {
                 "pretrain": 3,
-                "perturb": 3,
+                "evaluate": 3,
                 "curvature": 3,
                 "ntk": 3,
-                "task_base": 6,
                 "finetune": 6,
                 "loss_curves": 1,
                 **LINES,
@@ -170,22 +169,23 @@ def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
         (
             {"finetune.learning_rates": [1.0e-3]},
             {"finetune": 6, **LINES, **AGG},
-        ),  # a changed LR: its jobs only, no task_base
+        ),  # a changed LR: its jobs only, no evaluate
         ({"finetune.max_steps": 12}, {"finetune": 6, **LINES, **AGG}),
         (
             {"finetune.task_data.mr.max_items.train": 300},
-            {"task_data": 1, "token_coverage": 1, "task_base": 3, "finetune": 3, "ntk": 3, **LINES, **AGG},
+            {"task_data": 1, "token_coverage": 1, "evaluate": 3, "finetune": 3, "ntk": 3, **LINES, **AGG},
         ),
         ({"finetune.log_every": 3, "finetune.checkpoint_every": 5}, {}),
         ({"eval.benchmarks.num_fewshot": 3}, {}),  # benchmark settings without benchmark tasks
-        # benchmarks on: one lm_eval job per checkpoint; fine-tuned models are scored in their (rerun) jobs
+        # benchmarks on: each checkpoint's evaluate job reruns (its perplexity cells from their cache);
+        # fine-tuned models are scored in their (rerun) jobs
         (
             {"eval.benchmarks.tasks": ["copa"], "eval.benchmarks.limit": 4},
-            {"lm_eval": 3, "finetune": 6, "benchmark_figures": 1, **LINES, **AGG},
+            {"evaluate": 3, "finetune": 6, "benchmark_figures": 1, **LINES, **AGG},
         ),
         # the sharpness and Gaussian lines: the curvature jobs; the eval settings they do not read: none
         ({"curvature.probes": 6}, {"curvature": 3, **LINES, **AGG}),
-        ({"eval.batch_size": 32}, {"perturb": 3, "finetune": 6, **LINES, **AGG}),
+        ({"eval.batch_size": 32}, {"evaluate": 3, "finetune": 6, **LINES, **AGG}),
         # the fine-tuning direction's grid: its line lives in the fine-tuning job (no second load)
         ({"curvature.finetune_lambdas_wide": [-1, 0, 1]}, {"finetune": 6, **LINES, **AGG}),
         # off: no curvature jobs; fine-tuning jobs rerun once (their line tables become empty)
@@ -239,7 +239,7 @@ def test_added_gamma_computes_only_new_cells(smoke_run, tmp_path):
     cfg = write_config(tmp_path, smoke_config(study=STUDY, **{"perturb.gammas": [2, 6, 4]}))
     res = snakemake(cfg, "--cores", "2")
     assert res.returncode == 0, res.stderr[-3000:]
-    log = (out / "logs" / "perturb" / "tiny-16384-s0.log").read_text()
+    log = (out / "logs" / "evaluate" / "tiny-16384-s0.log").read_text()
     assert "2 cells computed, 5 from cache" in log
     metrics = pd.read_parquet(out / "metrics.parquet")
     assert set(metrics["gamma"].dropna()) == {2.0, 4.0, 6.0}
@@ -299,7 +299,7 @@ def test_retries_ask_for_more_memory_and_time(tmp_path):
     retries)."""
     cfg = write_config(tmp_path, smoke_config(study="ci-attempt"))
     first, third = job_resources_in_dry_run(cfg), job_resources_in_dry_run(cfg, "--attempt", "3")
-    for rule in ("corpus", "pretrain", "perturb", "metrics", "figures"):
+    for rule in ("corpus", "pretrain", "evaluate", "metrics", "figures"):
         assert int(third[rule]["mem_mb"]) == 3 * int(first[rule]["mem_mb"]) > 0, rule
         assert int(third[rule]["runtime"]) == 3 * int(first[rule]["runtime"]) > 0, rule
     assert first["pretrain"]["gpu"] == third["pretrain"]["gpu"] == "0"  # device: cpu
@@ -317,8 +317,8 @@ def test_paper_scale_dry_run_and_its_time():
         timeout=300,
     )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    assert re.search(r"pretrain\s+18\n", res.stdout) and re.search(r"perturb\s+18\n", res.stdout)
-    assert re.search(r"finetune\s+1458\n", res.stdout) and re.search(r"task_base\s+18\n", res.stdout)
+    assert re.search(r"pretrain\s+18\n", res.stdout) and re.search(r"evaluate\s+18\n", res.stdout)
+    assert re.search(r"finetune\s+1458\n", res.stdout)
     assert re.search(r"dry run of the paper-scale grid: [\d.]+ s", res.stdout)
     assert re.search(r"through profiles/slurm \(device cuda\): [\d.]+ s", res.stdout)
     # the search instead of the grid: its bound, before anything runs, within 40% of the grid's jobs
