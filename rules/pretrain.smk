@@ -69,6 +69,7 @@ rule pretrain_stable_twin:
         study_path("logs/pretrain/{model}-{budget}-s{pretrain_seed}-stable.log"),
     benchmark:
         study_path("benchmarks/pretrain/{model}-{budget}-s{pretrain_seed}-stable.tsv")
+    priority: budget_priority
     conda:
         "../envs/overtrain.yaml"
     threads: 1
