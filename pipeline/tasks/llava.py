@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.fields import NEITHER, names
 from pipeline.multimodal.config import VlmConfig
+from pipeline.multimodal.vlm_task import VlmTask
 from pipeline.tasks.base import BatchFn, FinetuneTask, context
 
 if TYPE_CHECKING:
@@ -54,8 +55,6 @@ class LlavaTask(FinetuneTask):
     replays = False  # a conversation batch carries images: pre-training text rows do not fit it
 
     def __init__(self, spec: LlavaTaskSpec):
-        from pipeline.multimodal.vlm_task import VlmTask  # here: a text job's start-up does without it
-
         self.name, self.hf_dir = spec.name, spec.hf_dir
         self.stage = VlmTask.open(
             spec.name, "stage2", spec.data, spec.tower, spec.config, projector=spec.projector

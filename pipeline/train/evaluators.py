@@ -25,6 +25,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from pipeline.curvature.linearization import GAP_METRICS, finetuned_gap
+from pipeline.curvature.lines import write_lines
+from pipeline.curvature.stage import finetune_line
+from pipeline.evaluate.benchmarks import configured_rows, eval_configured
+from pipeline.evaluate.generation import write_responses
 from pipeline.evaluate.perplexity import EVAL_METRICS, eval_perplexity
 from pipeline.models.loading import dtype_name
 from pipeline.ranks import SINGLE, Ranks
@@ -104,8 +109,6 @@ def pretrain_perplexity(t: Trained, model: torch.nn.Module) -> list[dict]:
 
 def suite(t: Trained, model: torch.nn.Module) -> list[dict]:
     """The lm-eval suite's rows (every rank scores its share and returns the same rows)."""
-    from pipeline.evaluate.benchmarks import configured_rows, eval_configured  # imported where it runs
-
     settings = asdict(t.job.suite)
     results = eval_configured(model, t.run.tokenizer, settings, t.placement.ranks)
     return configured_rows(results, settings, **t.common)
@@ -113,8 +116,6 @@ def suite(t: Trained, model: torch.nn.Module) -> list[dict]:
 
 def responses(t: Trained, model: torch.nn.Module) -> list[dict]:
     """The responses to the instruction set for the judged metric (rank 0 writes them); no rows."""
-    from pipeline.evaluate.generation import write_responses
-
     g = t.job.generation
     identity = {k: v for k, v in t.common.items() if k not in ("extra", "diverged")}
     write_responses(model, t.run.tokenizer, g.instructions, g.config, identity, g.output, t.placement.ranks)
@@ -178,8 +179,6 @@ def linearization_gap(t: Trained) -> list[dict]:
     `lin_*`. On the whole model in its float32 master weights (the real model: a linearized run is
     unlinearized first), θ_pre of the trained parameters whole beside it (a sharded job gathers both
     on every rank, each computing the same rows)."""
-    from pipeline.curvature.linearization import GAP_METRICS, finetuned_gap
-
     run, placement = t.run, t.placement
     real(run)
     t0 = time.perf_counter()
@@ -207,9 +206,6 @@ def curvature_line(t: Trained) -> list[dict]:
     """The held-out pre-training loss along θ_ft − θ_pre beside its quadratic prediction
     (pipeline/curvature/stage.py, Appendix D), from the two models the job holds (no second load),
     written to the job's line table; no metric rows. The model must be whole in this process."""
-    from pipeline.curvature.lines import write_lines
-    from pipeline.curvature.stage import finetune_line
-
     run, job = t.run, t.job
     real(run)
     t0 = time.perf_counter()
@@ -230,8 +226,6 @@ def curvature_line(t: Trained) -> list[dict]:
 
 def no_line(t: Trained) -> list[dict]:
     """The empty line table the rule declares when the curvature stage is off (rank 0); no rows."""
-    from pipeline.curvature.lines import write_lines
-
     if t.placement.ranks.main:
         write_lines(t.job.line_path, [])
     return []
