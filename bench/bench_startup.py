@@ -11,9 +11,11 @@ The first step is the loop's first log record after an optimizer step ("rank 0 o
 pipeline/train/loop.py), read with its timestamp from the job's log; the job is stopped there.
 Each repeat is a fresh process; printed: wall and CPU seconds (CPU: user + system, the steadier
 figure on a shared machine), best and median; `--baseline DIR` runs another tree's job alternately
-(before/after in one run). Last line `startup <seconds>`: this tree's best wall time.
+(before/after in one run); `--floor` times a fresh interpreter importing only what every job pays
+whatever the pipeline does (Snakemake's preamble, torch, transformers' OLMo-2 model). Last line
+`startup <seconds>`: this tree's best wall time.
 
-    python bench/bench_startup.py [--repeats 5] [--baseline DIR]
+    python bench/bench_startup.py [--repeats 5] [--baseline DIR] [--floor]
 """
 
 from __future__ import annotations
@@ -181,6 +183,28 @@ def first_step(script: Path, root: Path, log: Path, timeout: float = 300.0) -> t
             proc.wait()
 
 
+# what every fine-tuning job imports whatever the pipeline does: Snakemake's preamble, torch and
+# transformers' OLMo-2 model (with modeling_utils): the start-up no change here can remove
+FLOOR = (
+    "from snakemake.logging import logger; from snakemake.iocontainers import Snakemake; "
+    "import torch; import transformers.models.olmo2.modeling_olmo2"
+)
+
+
+def floor_seconds() -> tuple[float, float]:
+    """(wall, CPU) seconds from starting a fresh interpreter to the end of its FLOOR imports (read
+    in the process itself, as the jobs' are at their marker: its exit is not counted)."""
+    t0 = time.time()
+    done = subprocess.run(
+        [sys.executable, "-c", f"{FLOOR}; import time; print(time.time(), time.process_time())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    end, cpu = map(float, done.stdout.split()[-2:])
+    return end - t0, cpu
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
@@ -190,6 +214,11 @@ def main() -> None:
         help="another source tree (e.g. `git archive <commit> pipeline rules | tar -x -C DIR`): its job "
         "runs alternately with this tree's, as the baseline",
     )
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="also time FLOOR (imports every job pays) alternately with the jobs",
+    )
     args = ap.parse_args()
     trees = {"this tree": ROOT} | ({"baseline": args.baseline.resolve()} if args.baseline else {})
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
@@ -197,11 +226,16 @@ def main() -> None:
         record = job_record(out)
         scripts = {name: job_script(out, root, record) for name, root in trees.items()}
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+        times |= {"floor": []} if args.floor else {}
         for i in range(args.repeats):
             for name, root in trees.items():
                 times[name].append(first_step(scripts[name], root, out / "job.log"))
                 wall, cpu = times[name][-1]
                 print(f"run {i + 1} {name}: {wall:.2f} s wall, {cpu:.2f} s CPU to the first step", flush=True)
+            if args.floor:
+                times["floor"].append(floor_seconds())
+                wall, cpu = times["floor"][-1]
+                print(f"run {i + 1} floor: {wall:.2f} s wall, {cpu:.2f} s CPU (imports only)", flush=True)
     for name, runs in times.items():
         walls, cpus = [w for w, _ in runs], [c for _, c in runs]
         print(
