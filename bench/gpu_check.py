@@ -755,7 +755,8 @@ TARGETS: dict[str, tuple[str, Callable[[dict], bool]]] = {
 
 def targets(report: dict) -> dict[str, bool | None]:
     """Each target as a boolean from the report's figures (None: a step it reads did not pass), and
-    `every_step_green`: every step of the run passed (a skip is not green)."""
+    `every_step_green`: every step of the kit passed (False if one failed; None if one was skipped or
+    not run)."""
     steps = report["steps"]
     figures = {name: s.get("figures", {}) for name, s in steps.items() if s["status"] == "pass"}
     out: dict[str, bool | None] = {}
@@ -764,7 +765,12 @@ def targets(report: dict) -> dict[str, bool | None]:
             out[name] = bool(met(figures))
         except (KeyError, TypeError, ZeroDivisionError):
             out[name] = None
-    out["every_step_green"] = bool(steps) and all(s["status"] == "pass" for s in steps.values())
+    if any(s["status"] == "fail" for s in steps.values()):
+        out["every_step_green"] = False
+    else:  # every step of the kit passed; a skip or a step left out (--only): not measured
+        out["every_step_green"] = (
+            True if all(steps.get(n, {}).get("status") == "pass" for n in STEPS) else None
+        )
     return out
 
 
