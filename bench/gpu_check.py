@@ -11,10 +11,13 @@ next ones:
 1. cuda_tests: the CUDA-marked tests (tests/test_cuda.py).
 2. training: bf16-mixed training of a randomly initialised model of OLMo-1B's architecture by the
    pipeline's loop beside `transformers.Trainer` (same model, batch, sequence length, SDPA
-   attention, fused AdamW): tokens/s after warm-up, MFU = 6 x parameters x tokens/s / the bf16
-   dense peak (measured with large matmuls, and the spec sheet's), peak memory beside the planner.
+   attention, fused AdamW): tokens/s after warm-up, MFU = FLOPs per token (the project's one
+   formula, ModelShape.train_flops_per_token: blocks, output layer, attention) x tokens/s / the
+   bf16 dense peak (measured with large matmuls, and the spec sheet's), peak memory beside the
+   planner.
 2b. pretrain: a pre-training step of the sweep's olmo-30m preset (Table 3's shape, 50,304 tokens of
-   vocabulary), bf16-mixed, by the pipeline's loop: tokens/s and MFU.
+   vocabulary), bf16-mixed, by the pipeline's loop: tokens/s, MFU, and the TFLOP/s delivered
+   (the runtime model's `gpu.tflops`).
 3. perturb_eval: Gaussian perturbation (bf16 weights, float32 noise) and held-out perplexity.
 4. study: the kit's smoke study (bench/gpu_kit.yaml) through Snakemake on this device: data,
    pre-training, perturbation, bf16-mixed fine-tuning, the lm-eval suite, generation and the
@@ -26,6 +29,9 @@ next ones:
 6. generation: HF `generate` of the model in bf16 (float32 on CPU), greedy: tokens/s per batch size.
 7. vlm: LLaVA's stage 2 on a random CLIP ViT-L/14-336 tower (frozen) around the model, bf16-mixed
    with activation checkpointing: step time and peak memory beside the planner (docs/multimodal.md).
+
+After the steps, the issue's GPU targets (TARGETS, declared once) are printed as booleans and
+written to the report's `targets`.
 
 Runs on the GPU image's own torch / transformers / accelerate (no pins: tests/test_gpu_kit.py runs
 it on CPU in a virtual environment shaped like the image). On a CPU (`--device cpu --model tiny`)
@@ -168,6 +174,7 @@ def run_ours(args, device: torch.device, model: torch.nn.Module | None = None) -
     planned = estimate(shape, 1, args.batch, args.seq_len, args.precision, False)
     return {
         "tokens_per_s": tokens_s,
+        "flops_per_token": shape.train_flops_per_token(args.seq_len),
         "peak_gib": peak_gib(device),
         "planner_gib": planned.total / GIB,
         "planner": planned.describe(),
@@ -286,29 +293,33 @@ def step_training(args, device: torch.device) -> dict:
         trainer = run_trainer(args, device, Path(tmp))
     measured, spec = measured_bf16_tflops(device), spec_bf16_tflops(device)
     for side in (ours, trainer):
-        for key, peak in (("measured", measured), ("spec", spec)):
-            side[f"mfu_vs_{key}"] = (
-                6 * ours["params"] * side["tokens_per_s"] / (peak * 1e12) if peak else None
-            )
-    figures = {
+        side.update(delivered(ours["flops_per_token"], side["tokens_per_s"], measured, spec))
+    return {
         "ours": ours,
         "trainer": trainer,
         "speedup_vs_trainer": ours["tokens_per_s"] / trainer["tokens_per_s"],
         "measured_bf16_tflops": measured,
         "spec_bf16_tflops": spec,
     }
-    if device.type == "cuda":  # the issue's targets, reported (a target missed is not a failure)
-        figures["targets"] = {
-            "mfu_ge_40pct": (ours["mfu_vs_spec"] or 0) >= 0.40,
-            "speedup_ge_1.2x": figures["speedup_vs_trainer"] >= 1.2,
-            "peak_within_15pct_of_planner": abs(ours["peak_gib"] / ours["planner_gib"] - 1) <= 0.15,
-        }
-    return figures
+
+
+def delivered(
+    flops_per_token: float, tokens_per_s: float, measured: float | None, spec: float | None
+) -> dict:
+    """TFLOP/s a run delivered by the project's FLOP formula, and its MFU against the measured and
+    the spec sheet's bf16 peaks (None where a peak is unknown: the CPU)."""
+    tflops = flops_per_token * tokens_per_s / 1e12
+    return {
+        "tflops": tflops,
+        "mfu_vs_measured": tflops / measured if measured else None,
+        "mfu_vs_spec": tflops / spec if spec else None,
+    }
 
 
 def step_pretrain(args, device: torch.device) -> dict:
     """Pre-training step of the sweep's olmo-30m preset (Table 3's shape, the paper's 50,304-token
-    vocabulary; tiny on CPU) by the pipeline's loop, bf16-mixed: tokens/s and MFU (6 N per token)."""
+    vocabulary; tiny on CPU) by the pipeline's loop, bf16-mixed: tokens/s, the TFLOP/s it delivers
+    (what `gpu.tflops` takes) and MFU."""
     from pipeline.models.build import build_model, model_config
 
     preset, vocab = ("tiny", 512) if args.model == "tiny" else ("olmo-30m", 50304)
@@ -316,10 +327,12 @@ def step_pretrain(args, device: torch.device) -> dict:
     seq_len = min(args.pretrain_seq_len, model.config.max_position_embeddings)
     run = argparse.Namespace(**{**vars(args), "batch": args.pretrain_batch, "seq_len": seq_len})
     figures = run_ours(run, device, model)
-    for key, peak in (("measured", measured_bf16_tflops(device)), ("spec", spec_bf16_tflops(device))):
-        figures[f"mfu_vs_{key}"] = (
-            6 * figures["params"] * figures["tokens_per_s"] / (peak * 1e12) if peak else None
-        )
+    figures |= delivered(
+        figures["flops_per_token"],
+        figures["tokens_per_s"],
+        measured_bf16_tflops(device),
+        spec_bf16_tflops(device),
+    )
     return {"preset": preset, "vocab": vocab, "batch": args.pretrain_batch, "seq_len": seq_len, **figures}
 
 
@@ -711,6 +724,64 @@ def preflight(args) -> dict:
     return info
 
 
+# The issue's GPU targets, declared once: name -> (what it says, its test on the steps' figures).
+# A target whose step did not run or did not pass is None (not measured), not False.
+TARGETS: dict[str, tuple[str, Callable[[dict], bool]]] = {
+    "finetune_ge_50k_tok_s": (
+        "fine-tuning on OLMo-1B's shape >= 50K tokens/s",
+        lambda f: f["training"]["ours"]["tokens_per_s"] >= 50_000,
+    ),
+    "finetune_ge_1.1x_trainer": (
+        "fine-tuning >= 1.1x transformers.Trainer in the same run",
+        lambda f: f["training"]["speedup_vs_trainer"] >= 1.1,
+    ),
+    "pretrain_olmo30m_ge_1m_tok_s": (
+        "olmo-30m pre-training >= 1.0M tokens/s",
+        lambda f: f["pretrain"]["preset"] == "olmo-30m" and f["pretrain"]["tokens_per_s"] >= 1_000_000,
+    ),
+    "fsdp2_rank_within_10pct": (
+        "one FSDP2 rank within 10% of one process (the job's wall time)",
+        lambda f: f["torchrun"]["one_rank_s"] <= 1.10 * f["torchrun"]["single_s"],
+    ),
+    "planner_within_15pct": (
+        "the planner's peak within +-15% on three shapes (training, pretrain, vlm)",
+        lambda f: all(
+            abs(r["peak_gib"] / r["planner_gib"] - 1) <= 0.15
+            for r in (f["training"]["ours"], f["pretrain"], f["vlm"])
+        ),
+    ),
+}
+
+
+def targets(report: dict) -> dict[str, bool | None]:
+    """Each target as a boolean from the report's figures (None: a step it reads did not pass), and
+    `every_step_green`: every step of the kit passed (False if one failed; None if one was skipped or
+    not run)."""
+    steps = report["steps"]
+    figures = {name: s.get("figures", {}) for name, s in steps.items() if s["status"] == "pass"}
+    out: dict[str, bool | None] = {}
+    for name, (_, met) in TARGETS.items():
+        try:
+            out[name] = bool(met(figures))
+        except (KeyError, TypeError, ZeroDivisionError):
+            out[name] = None
+    if any(s["status"] == "fail" for s in steps.values()):
+        out["every_step_green"] = False
+    else:  # every step of the kit passed; a skip or a step left out (--only): not measured
+        out["every_step_green"] = (
+            True if all(steps.get(n, {}).get("status") == "pass" for n in STEPS) else None
+        )
+    return out
+
+
+def targets_summary(report: dict) -> str:
+    """The targets, one line each: true / false / not measured."""
+    words = {True: "true", False: "false", None: "not measured"}
+    met = targets(report)
+    what = {name: text for name, (text, _) in TARGETS.items()} | {"every_step_green": "every kit step green"}
+    return "\n".join(["targets:"] + [f"  {name:30s} {words[v]:12s} {what[name]}" for name, v in met.items()])
+
+
 def summary(report: dict) -> str:
     """One line per step: status, seconds, its headline figures."""
 
@@ -734,7 +805,8 @@ def summary(report: dict) -> str:
         elif name == "pretrain":
             lines.append(
                 f"{head}  {f['preset']} batch {f['batch']} x {f['seq_len']}: {f['tokens_per_s']:,.0f} tok/s, "
-                f"MFU {pct(f['mfu_vs_spec'])} (spec) / {pct(f['mfu_vs_measured'])} (measured), "
+                f"{f['tflops']:.1f} TFLOP/s delivered (gpu.tflops), MFU {pct(f['mfu_vs_spec'])} (spec) / "
+                f"{pct(f['mfu_vs_measured'])} (measured), "
                 f"peak {f['peak_gib']} GiB vs planner {f['planner_gib']:.2f} GiB"
             )
         elif name == "perturb_eval":
@@ -824,7 +896,10 @@ def main() -> None:
         report["steps"][name] = entry
         write(report, args.out)
         print(f"[{name}] {entry['status']} in {entry['seconds']:.0f} s", flush=True)
+    report["targets"] = targets(report)
+    write(report, args.out)
     print(summary(report))
+    print(targets_summary(report))
     if any(s["status"] == "fail" for s in report["steps"].values()):
         sys.exit(1)
 

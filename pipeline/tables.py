@@ -15,12 +15,14 @@ import subprocess
 from collections.abc import Iterable, Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 import pyarrow as pa
 
 from pipeline.io import write_parquet
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Column -> arrow type. Hyperparameter columns are null where they do not apply.
 METRIC_COLUMNS: dict[str, pa.DataType] = {
@@ -88,6 +90,8 @@ def metric_row(**fields: Any) -> dict[str, Any]:
 
 def metrics_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """Rows -> DataFrame with exactly the metric columns, typed."""
+    import pandas as pd  # here: a job imports this module for `metric_row` long before it writes
+
     df = pd.DataFrame(list(rows), columns=list(METRIC_COLUMNS))
     table = pa.Table.from_pandas(
         df, schema=pa.schema([pa.field(k, v) for k, v in METRIC_COLUMNS.items()]), preserve_index=False
@@ -105,6 +109,8 @@ def write_metrics(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> pd.Dat
 def aggregate_metrics(parts: Iterable[str | Path], provenance: Mapping[str, str]) -> pd.DataFrame:
     """Concatenate per-job metric files and stamp provenance columns (a column a part written
     before it existed is null there, e.g. a hub row's `commit`)."""
+    import pandas as pd
+
     frames = [pd.read_parquet(p) for p in parts]
     df = pd.concat(frames, ignore_index=True) if frames else metrics_frame([])
     df = df.reindex(columns=list(METRIC_COLUMNS))

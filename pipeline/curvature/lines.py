@@ -17,7 +17,6 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
-import pandas as pd
 import pyarrow as pa
 import torch
 import torch.nn.functional as F
@@ -28,6 +27,8 @@ from pipeline.data.batches import IGNORE_INDEX
 from pipeline.io import write_parquet
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from pipeline.curvature.config import CurvatureConfig
     from pipeline.data.heldout import EvalSet
 
@@ -63,6 +64,8 @@ LINE_COLUMNS: dict[str, pa.DataType] = {
 
 def line_frame(rows: Sequence[Mapping]) -> pd.DataFrame:
     """Rows -> a DataFrame with exactly LINE_COLUMNS, typed (an empty table keeps the columns)."""
+    import pandas as pd  # here: a fine-tuning job imports this module long before it writes a line
+
     df = pd.DataFrame(list(rows), columns=list(LINE_COLUMNS))
     schema = pa.schema([pa.field(k, v) for k, v in LINE_COLUMNS.items()])
     return pa.Table.from_pandas(df, schema=schema, preserve_index=False).to_pandas()

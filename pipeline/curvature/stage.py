@@ -10,13 +10,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pandas as pd
 import torch
 
 from pipeline.curvature.hessian import sharpness
 from pipeline.curvature.lines import finetune_direction, line_rows, prepare, token_loss, trainable
 from pipeline.data.batches import IGNORE_INDEX
-from pipeline.data.heldout import EvalSet, build_eval_set
+from pipeline.data.heldout import EvalSet, build_eval_set, split_texts
 from pipeline.data.tokenizer import encode_documents
 from pipeline.models.loading import load_checkpoint
 from pipeline.sweeps.noise import gaussian_direction
@@ -45,8 +44,7 @@ def curvature_eval_set(
     and windowing), tokenizing only the documents needed."""
     ctx = model.config.max_position_embeddings
     max_len = min(eval_cfg.get("seq_len") or ctx, ctx)
-    corpus = pd.read_parquet(corpus_path, columns=["split", "text"])
-    texts = corpus.loc[corpus["split"] == eval_cfg["split"], "text"].tolist()
+    texts = split_texts(corpus_path, eval_cfg["split"])
     if not texts:
         raise ValueError(f"eval.split: the corpus has no documents in split {eval_cfg['split']!r}")
     docs: list[list[int]] = []

@@ -1,13 +1,17 @@
 """One row per line (Appendix D): how well the quadratic fits near λ = 0 and how far the true loss
-departs from it at the widest λ. Torch-free (pandas)."""
+departs from it at the widest λ. Torch-free; pandas imported by the table alone (a fine-tuning job
+imports `smallest_lambda_error` at start-up)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 LINE_KEYS = [
     "study",
@@ -36,6 +40,8 @@ def smallest_lambda_error(rows: Sequence[Mapping]) -> float:
 def summary_table(lines: pd.DataFrame) -> pd.DataFrame:
     """Per line: L(0), gᵀε, εᵀHε and its fit from the small grid, the quadratic's relative error at
     the smallest λ, and at the widest λ the true and predicted rise and their ratio (excess)."""
+    import pandas as pd
+
     out = []
     for key, g in lines.groupby(LINE_KEYS, dropna=False, sort=True):
         first = g.iloc[0]

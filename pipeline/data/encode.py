@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from pipeline.data.batches import ChunkSampler, EpochOrder, pad_scored_batch
 from pipeline.data.task_items import ChatItem, ClassificationItem, Message, Task, TaskError
 from pipeline.data.tokenizer import cached_token_stream, encode_documents
 
 if TYPE_CHECKING:
+    import pandas as pd
     import torch
 
 TASK_COLUMNS = ["split", "kind", "text", "context", "prompt", "choices", "label", "messages"]
@@ -44,37 +44,43 @@ def task_frame(task: Task) -> pd.DataFrame:
                     "label": int(e.label),
                 }
                 rows.append(row)
+    import pandas as pd  # here: a job that reads a task table starts without pandas (read_task)
+
     df = pd.DataFrame(rows, columns=TASK_COLUMNS)
     df["label"] = df["label"].astype("Int64")
     df.attrs = {"task": task.name, "source": task.source}
     return df
 
 
-def task_from_frame(name: str, df: pd.DataFrame, source: str = "") -> Task:
-    """Inverse of `task_frame` (the table written by the `task_data` rule)."""
-    if df.empty:
+def task_from_rows(name: str, rows: list[dict], source: str = "") -> Task:
+    """Inverse of `task_frame`: the table's rows (as dicts, in order) as the task; the splits in
+    the order they first appear."""
+    if not rows:
         raise TaskError(f"task {name!r}: the task table is empty")
-    kind = df["kind"].iloc[0]
+    kind = rows[0]["kind"]
     splits: dict[str, list] = {}
-    for split, g in df.groupby("split", sort=False):
+    for r in rows:
         if kind == "lm":
-            splits[split] = g["text"].tolist()
+            item = r["text"]
         elif kind == "chat":
-            splits[split] = [
-                ChatItem(tuple(Message(m["role"], m["content"]) for m in ms)) for ms in g["messages"]
-            ]
+            item = ChatItem(tuple(Message(m["role"], m["content"]) for m in r["messages"]))
         else:
-            splits[split] = [
-                ClassificationItem(
-                    prompt=r.prompt, choices=tuple(r.choices), label=int(r.label), context=r.context or ""
-                )
-                for r in g.itertuples(index=False)
-            ]
+            item = ClassificationItem(
+                prompt=r["prompt"],
+                choices=tuple(r["choices"]),
+                label=int(r["label"]),
+                context=r["context"] or "",
+            )
+        splits.setdefault(r["split"], []).append(item)
     return Task(name=name, kind=kind, splits=splits, source=source)
 
 
 def read_task(name: str, path: str | Path) -> Task:
-    return task_from_frame(name, pd.read_parquet(path), source=str(path))
+    """The task table the `task_data` rule wrote (pyarrow.parquet.ParquetFile: no pandas at a job's
+    start-up; read_table would import it through pyarrow.dataset)."""
+    import pyarrow.parquet as pq
+
+    return task_from_rows(name, pq.ParquetFile(path).read().to_pylist(), source=str(path))
 
 
 def split_of_task(task: Task, split: str) -> list:

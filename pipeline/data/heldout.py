@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
+import pyarrow.parquet as pq
 import torch
 
 from pipeline.data.batches import IGNORE_INDEX
@@ -91,12 +91,19 @@ def lm_eval_set(tokenizer, documents: list[str], max_len: int, max_tokens: int |
     return build_eval_set(docs, documents, prefix, max_len, tokenizer.pad_token_id)
 
 
+def split_texts(corpus_path: str | Path, split: str) -> list[str]:
+    """The texts of one split of the corpus table, in table order (pyarrow: a job starts without pandas)."""
+    table = pq.ParquetFile(corpus_path).read(columns=["split", "text"])  # not read_table: it imports pandas
+    return [
+        t for s, t in zip(table["split"].to_pylist(), table["text"].to_pylist(), strict=True) if s == split
+    ]
+
+
 def heldout_eval_set(
     corpus_path: str | Path, split: str, tokenizer, max_len: int, max_tokens: int | None
 ) -> EvalSet:
     """The pre-training corpus's held-out `split` as rolling windows for `tokenizer`."""
-    corpus = pd.read_parquet(corpus_path)
-    texts = corpus.loc[corpus["split"] == split, "text"].tolist()
+    texts = split_texts(corpus_path, split)
     if not texts:
         raise ValueError(f"eval.split: the corpus has no documents in split {split!r}")
     return lm_eval_set(tokenizer, texts, max_len, max_tokens)
@@ -122,8 +129,7 @@ class PretrainCorpus:
         return heldout_eval_set(self.path, self.split, tokenizer, max_len, self.max_tokens)
 
     def train_texts(self) -> list[str]:
-        corpus = pd.read_parquet(self.path)
-        return corpus.loc[corpus["split"] == "train", "text"].tolist()
+        return split_texts(self.path, "train")
 
     def settings(self) -> dict:
         """The `eval:` keys the curvature stage's windows read (split, max_tokens, seq_len, batch_size)."""

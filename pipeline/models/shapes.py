@@ -42,6 +42,15 @@ class ModelShape:
     def params(self) -> int:
         return self.layers * self.layer_params + self.embedding_params
 
+    def train_flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token, the project's one formula (the sweep's GPU-hours and SLURM time
+        limits, the GPU kit's MFU, the benches): 6 x the matmul parameters (the blocks and the output
+        layer; not the input embedding, a lookup) plus the attention scores and their use over
+        `seq_len` positions (12 x layers x width x seq_len; Kaplan et al. 2020, Table 1)."""
+        return 6.0 * (self.layers * self.layer_params + self.vocab * self.hidden) + 12.0 * self.layers * (
+            self.hidden * seq_len
+        )
+
 
 def shape_of(config) -> ModelShape:
     """The shape of a transformers config (an object with its attributes, e.g. model.config)."""

@@ -16,9 +16,10 @@ Per rank, for a model of P parameters sharded over N ranks (N = 1: one process):
   inputs beside float32 norm inputs: ~0.69x). An OLMo (v1) layer (non-parametric norms, no q/k
   norm) saves less (0.80x / 0.71x of these), so its plans are conservative. With activation
   checkpointing a layer keeps only its input (4 B x h per token) and one layer at a time is
-  recomputed. Attention dropout (the olmo-* presets' 0.1) takes SDPA off its fused kernels: a layer
-  then also keeps every head's probabilities, heads x seq_len values per token (an H100 measured
-  4.4 GiB more than without for olmo-30m at 64 x 1024 tokens; this term gives 4.5);
+  recomputed. With attention dropout (the olmo-* presets' 0.1) the planner assumes SDPA leaves its
+  fused kernels, so a layer also keeps every head's probabilities, heads x seq_len values per token
+  (an H100 peaked 4.4 GiB higher than without for olmo-30m at 64 x 1024 tokens; this term gives
+  4.5); which kernel runs is not profiled yet: one setting, DROPOUT_KEEPS_PROBABILITIES;
 - logits: one process uses the chunked fused head (float32 logits of at most 256 MiB of rows at a
   time, and their gradient); a sharded model the full float32 logits, their log-softmax and
   gradient (12 B x vocab per token).
@@ -44,6 +45,13 @@ COMPUTE_BYTES = {"fp32": 4, "bf16-mixed": 2}  # bytes of a weight in the forward
 CUDA_RESERVED = int(1.5 * GIB)
 HEADROOM = 0.10
 FUSED_HEAD_CHUNK = 256 << 20  # pipeline/models/losses.py DEFAULT_CHUNK_BYTES: float32 logits of a chunk
+# Whether training with attention dropout (the olmo-* presets' 0.1) runs SDPA's math kernel, which
+# keeps each head's (seq x seq) probabilities for the backward pass; the planner counts them when
+# True. An assumption, not a profile: an H100 run peaked 4.4 GiB higher with dropout than without
+# for olmo-30m at 64 x 1024 (docs/benchmarks.md), which this term matches (4.5), but which kernel
+# ran was not profiled, and torch's flash attention accepts dropout (no probabilities kept). A
+# profile (bench/profile_train_step.py on a GPU) settles it; then set this to what it shows.
+DROPOUT_KEEPS_PROBABILITIES = True
 
 
 class PlanError(ValueError):
@@ -105,7 +113,7 @@ def estimate(
         working = 2 * shape.layer_params * w + embeddings + shape.layer_params * 4 + w * frozen // ranks
     tokens = micro_batch * seq_len
     per_layer = activation_bytes(shape, precision) * tokens
-    if shape.attention_dropout > 0:  # each head's probabilities, in the compute dtype
+    if shape.attention_dropout > 0 and DROPOUT_KEEPS_PROBABILITIES:  # each head's, in the compute dtype
         per_layer += shape.heads * seq_len * COMPUTE_BYTES[precision] * tokens
     if activation_checkpointing:
         activations = shape.layers * 4 * shape.hidden * tokens + per_layer
@@ -213,17 +221,30 @@ def gap_bytes(shape: ModelShape, params: int, ranks: int, max_tokens: int) -> in
     return -(-8 * params // ranks) + 12 * params + logits + layer
 
 
+# What one GPU delivers to pre-training, by the project's FLOP formula
+# (ModelShape.train_flops_per_token): the GPU kit's olmo-30m pre-training step on one NVIDIA H100
+# 80GB HBM3, 2026-11-26 (docs/benchmarks.md, "The GPU kit"): 219,706 tokens/s x 229.2 MFLOP per
+# token = 50.4 TFLOP/s. The default of `gpu.tflops`; measure your GPU with `make gpu-check`.
+MEASURED_TFLOPS = 50.0
+
+
 @dataclass(frozen=True)
 class GpuSettings:
     """The `gpu:` section: one GPU's memory (GB, as sold), GPUs per node, the fraction left free; and
-    its dense bf16 peak and the model FLOPs utilisation the sweep's GPU-hours assume
-    (pipeline/workflow/pretrain_sweep.py)."""
+    the training throughput one GPU delivers (TFLOP/s by the project's FLOP formula), which sizes
+    the sweep's GPU-hours and pre-training jobs' time limits (pipeline/workflow/pretrain_sweep.py)."""
 
     memory_gb: float = 80.0
     per_node: int = 8
     headroom: float = HEADROOM
-    peak_tflops: float = 312.0  # an A100's (the paper's 8xA100)
-    mfu: float = 0.3
+    tflops: float = MEASURED_TFLOPS
+
+    def __post_init__(self) -> None:
+        if self.tflops is None or not self.tflops > 0:
+            raise ValueError(
+                f"gpu.tflops: the training throughput one GPU delivers (TFLOP/s) must be a number > 0, "
+                f"got {self.tflops!r} (the GPU kit measures it: make gpu-check)"
+            )
 
 
 def plan_run(

@@ -25,7 +25,7 @@ from pipeline.models.presets import SIZE_PRESETS
 from pipeline.train.memory import Plan, PlanError
 from pipeline.workflow.config import finetune_ranks
 from pipeline.workflow.plans import checkpoint_shape, finetune_plan
-from pipeline.workflow.pretrain_sweep import runtime_minutes
+from pipeline.workflow.pretrain_sweep import pretrain_ranks, runtime_minutes
 
 CLUSTER_KEYS = ("slurm_account", "slurm_partition")  # profiles/slurm/config.yaml ships placeholders
 STAGES = ("pretrain", "perturb", "finetune")  # the stages job_resources sizes
@@ -73,17 +73,27 @@ def pretrain_resources(
     device: str, checkpoints: Checkpoints, config: dict, job_tokens: Callable[[Any], int]
 ) -> dict[str, Any]:
     """resources of a pre-training job (`job_tokens`: the tokens it trains, from its wildcards): the
-    preset's, on pretrain.ranks processes; with GPUs its time limit from the cost model
+    preset's per rank, on `pretrain_ranks` processes (pretrain.ranks, or on CUDA the memory planner's
+    GPUs for the preset: one for the small presets); with GPUs its time limit from the cost model
     (pretrain_sweep.runtime_minutes) where that is longer than the preset's."""
-    base = preset_resources("pretrain", device, checkpoints, config["pretrain"]["ranks"])
+    base = preset_resources("pretrain", device, checkpoints)  # one rank's
+
+    def ranks(wc: Any) -> int:
+        return pretrain_ranks(config, wc.model)
+
+    resources = base | {
+        "mem_mb": lambda wc, attempt: base["mem_mb"](wc, attempt) * ranks(wc),
+        "gpu": lambda wc: gpu_count(device) * ranks(wc),
+        "ranks": ranks,
+    }
     if not gpu_count(device):
-        return base
+        return resources
 
     def runtime(wc: Any, attempt: int) -> int:
         own = runtime_minutes(config, wc.model, job_tokens(wc))
         return max(base["runtime"](wc, attempt), own * attempt)
 
-    return base | {"runtime": runtime}
+    return resources | {"runtime": runtime}
 
 
 def finetune_resources(device: str, checkpoints: Checkpoints, config: dict, runs: int = 1) -> dict[str, Any]:

@@ -51,7 +51,7 @@ from pipeline.train.config import (
 from pipeline.train.memory import PlanError
 from pipeline.workflow.multimodal import check_multimodal, text_tasks
 from pipeline.workflow.plans import finetune_plan
-from pipeline.workflow.pretrain_sweep import branch_steps
+from pipeline.workflow.pretrain_sweep import branch_steps, pretrain_ranks
 from pipeline.workflow.schema import ConfigError
 
 # --- checks the schema cannot express -------------------------------------------------------------
@@ -166,7 +166,7 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
                 "pretrain.stable_twins: a budget's stable twin is the undecayed WSD run at its tokens; "
                 f"expected pretrain.schedule: wsd, got {pretrain.schedule!r}"
             )
-        if pt["batch_size"] % pt["ranks"]:
+        if pt["ranks"] is not None and pt["batch_size"] % pt["ranks"]:
             raise ValueError(
                 f"pretrain.batch_size {pt['batch_size']} cannot be split evenly over "
                 f"pretrain.ranks {pt['ranks']}"
@@ -196,7 +196,7 @@ def check_config(config: dict, check_benchmark_tasks: bool = True) -> dict[str, 
                 "directory (expected config.json there)"
             )
     check_ranks(config)
-    if config["device"] == "cuda" and finetune_enabled(config):
+    if config["device"] == "cuda":
         check_plans(config, specs)
     check_grid("finetune.learning_rates", finetune_lrs(config))
     check_grid("finetune.lambdas", config["finetune"]["lambdas"])
@@ -225,8 +225,8 @@ def check_ranks(config: dict) -> None:
     ranks, ft = finetune_ranks(config), config["finetune"]
     per_node = config["gpu"]["per_node"]
     on_gpus = {"finetune.ranks": ranks}
-    if config["checkpoints"]["source"] == "sweep":
-        on_gpus["pretrain.ranks"] = config["pretrain"]["ranks"]
+    if config["checkpoints"]["source"] == "sweep" and config["pretrain"]["ranks"] is not None:
+        on_gpus["pretrain.ranks"] = config["pretrain"]["ranks"]  # null: the planner's, within a node
     for key, count in on_gpus.items():
         if config["device"] == "cuda" and count > per_node:
             raise ConfigError(
@@ -250,13 +250,16 @@ def check_ranks(config: dict) -> None:
 
 
 def check_plans(config: dict, specs: Iterable[CheckpointSpec]) -> None:
-    """Every checkpoint's fine-tuning jobs fit the config's GPUs (the memory planner), else the
-    planner's arithmetic as a config error before any job starts."""
-    for spec in specs:
-        try:
+    """Every checkpoint's fine-tuning jobs and every preset's pre-training jobs fit the config's GPUs
+    (the memory planner), else the planner's arithmetic as a config error before any job starts."""
+    try:
+        for spec in specs if finetune_enabled(config) else []:
             finetune_plan(spec, config)
-        except PlanError as err:
-            raise ConfigError(f"invalid config (device cuda, gpu section): {err}") from None
+        if config["checkpoints"]["source"] == "sweep":
+            for preset in config["pretrain"]["presets"]:
+                pretrain_ranks(config, preset)
+    except PlanError as err:
+        raise ConfigError(f"invalid config (device cuda, gpu section): {err}") from None
 
 
 def check_tasks(config: dict) -> None:

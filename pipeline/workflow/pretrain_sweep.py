@@ -17,8 +17,8 @@ import math
 
 from pipeline import layout
 from pipeline.models.presets import preset_shape
-from pipeline.train.config import PretrainConfig, hyperparameters, steps_for_budget
-from pipeline.train.memory import GpuSettings
+from pipeline.train.config import PretrainConfig, hyperparameters, resolve_precision, steps_for_budget
+from pipeline.train.memory import GIB, GpuSettings, PlanError, estimate, gpu_counts, usable_bytes
 
 
 def pretrain_config(config: dict) -> PretrainConfig:
@@ -91,20 +91,15 @@ def sweep_steps(config: dict) -> dict[str, int]:
 
 
 def flops_per_token(preset: str, vocab: int, seq_len: int) -> float:
-    """Training FLOPs per token: 6 x the matmul parameters (the blocks and the output layer) plus the
-    attention scores and their use (12 x layers x width x context; Kaplan et al. 2020, Table 1)."""
-    shape = preset_shape(preset, vocab)
-    return (
-        6.0 * (shape.layers * shape.layer_params + vocab * shape.hidden)
-        + 12.0 * shape.layers * shape.hidden * seq_len
-    )
+    """Training FLOPs per token of a size preset (ModelShape.train_flops_per_token)."""
+    return preset_shape(preset, vocab).train_flops_per_token(seq_len)
 
 
 def gpu_hours(config: dict, preset: str, tokens: float) -> float:
-    """GPU-hours to train `preset` on `tokens` at `gpu.mfu` of `gpu.peak_tflops`."""
+    """GPU-hours to train `preset` on `tokens` at the `gpu.tflops` one GPU delivers."""
     gpu, pt = GpuSettings(**config["gpu"]), config["pretrain"]
     flops = flops_per_token(preset, config["tokenizer"]["vocab_size"], pt["seq_len"])
-    return tokens * flops / (gpu.peak_tflops * 1e12 * gpu.mfu) / 3600
+    return tokens * flops / (gpu.tflops * 1e12) / 3600
 
 
 def job_tokens(config: dict, budget: int | None = None, stable_step: int | None = None) -> int:
@@ -118,14 +113,44 @@ def job_tokens(config: dict, budget: int | None = None, stable_step: int | None 
     return (cfg.decay_steps(steps) if is_wsd(config) else steps) * per_step
 
 
-# the time limit asked of a GPU pre-training job, over its cost model's estimate (MFU is a guess)
+# the time limit asked of a GPU pre-training job, over its cost model's estimate (gpu.tflops was
+# measured on one GPU on one preset: other presets, rank counts and nodes vary around it)
 RUNTIME_MARGIN = 1.5
 
 
+def pretrain_ranks(config: dict, preset: str) -> int:
+    """Processes (GPUs with device cuda) of one pre-training job of `preset`: `pretrain.ranks` when
+    set; unset, on CUDA the memory planner's fewest GPUs of a node on which the step fits
+    (pipeline/train/memory.py `estimate`; each rank runs its share of the global batch at once, as
+    pre-training has no micro-batches), so a small preset's budget jobs run on one GPU each, side
+    by side; on the CPU one. PlanError naming the keys when no count of a node fits."""
+    pt = config["pretrain"]
+    if pt["ranks"] is not None:
+        return int(pt["ranks"])
+    if config["device"] != "cuda":
+        return 1
+    shape = preset_shape(preset, config["tokenizer"]["vocab_size"])
+    gpu = GpuSettings(**config["gpu"])
+    usable = usable_bytes(gpu.memory_gb, gpu.headroom)
+    precision = resolve_precision(pt.get("precision"), "cuda")
+    recompute = bool(pt.get("activation_checkpointing"))
+    counts = [n for n in gpu_counts(gpu.per_node) if pt["batch_size"] % n == 0]
+    for n in counts:
+        need = estimate(shape, n, pt["batch_size"] // n, pt["seq_len"], precision, recompute)
+        if need.total <= usable:
+            return n
+    raise PlanError(
+        f"pretrain.ranks: a pre-training step of {preset} (pretrain.batch_size {pt['batch_size']} x "
+        f"pretrain.seq_len {pt['seq_len']}) fits on none of {counts} GPUs of gpu.memory_gb "
+        f"{gpu.memory_gb:g} ({need.describe()} per GPU on {n}, {usable / GIB:.1f} GiB usable); turn on "
+        "pretrain.activation_checkpointing or lower pretrain.batch_size"
+    )
+
+
 def runtime_minutes(config: dict, preset: str, tokens: int) -> int:
-    """Wall-clock minutes to ask for a pre-training job on `pretrain.ranks` GPUs: the cost model's
-    hours (`gpu_hours`) shared by the ranks, times RUNTIME_MARGIN."""
-    hours = gpu_hours(config, preset, tokens) / config["pretrain"]["ranks"]
+    """Wall-clock minutes to ask for a pre-training job on its GPUs (`pretrain_ranks`): the cost
+    model's hours (`gpu_hours`) shared by the ranks, times RUNTIME_MARGIN."""
+    hours = gpu_hours(config, preset, tokens) / pretrain_ranks(config, preset)
     return math.ceil(hours * 60 * RUNTIME_MARGIN)
 
 
@@ -149,7 +174,5 @@ def sweep_cost(config: dict) -> str:
         lines.append(
             f"  {preset}: " + "; ".join(cells) + f" (WSD/cosine {steps['wsd'] / steps['cosine']:.2f})"
         )
-    lines.append(
-        f"  GPU-hours at {gpu.mfu:.0%} MFU of {gpu.peak_tflops:g} TFLOP/s (gpu.mfu, gpu.peak_tflops)"
-    )
+    lines.append(f"  GPU-hours at {gpu.tflops:g} TFLOP/s delivered per GPU (gpu.tflops)")
     return "\n".join(lines)

@@ -253,7 +253,8 @@ def test_the_schedule_claims_compare_each_decay_with_its_stable_twin(tmp_path, g
     assert decay.verdict == verdict
     assert [e.label for e in decay.estimates] == ["Gaussian, γ = 6", "code, LR 3e-2"]
     for e in decay.estimates:
-        assert abs(e.value - gap) < 0.01 and e.pretraining_variance and e.n.startswith("3 pre-training seed(s)")
+        assert abs(e.value - gap) < 0.01 and e.pretraining_variance
+        assert e.n.startswith("3 pre-training seed(s)")
         assert verdict == SUPPORTED or 0 < e.detectable < 0.1
     stable = evaluate(by_key["stable-sensitivity"], tables)
     assert stable.verdict == SUPPORTED and all(abs(e.value - 0.2) < 0.01 for e in stable.estimates)

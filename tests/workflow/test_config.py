@@ -519,8 +519,9 @@ def test_the_paper_controlled_study_stops_at_start_up_without_its_data(tmp_path,
 
 
 def test_a_gpu_pre_training_job_asks_for_the_time_its_cost_model_gives(tmp_path, tokenizer_dir):
-    """config/paper-controlled.yaml's longest job (olmo-90m, 128B tokens on 8 GPUs) asks SLURM for
-    its GPU-hours over the ranks at the config's MFU, times the margin: more than the preset's day."""
+    """config/paper-controlled.yaml's longest job (olmo-90m, 128B tokens on the planner's 8 GPUs) asks
+    SLURM for its GPU-hours over the ranks at gpu.tflops, times the margin: more than the preset's
+    day; olmo-15m's jobs run on one GPU each."""
     from pipeline.workflow import pretrain_sweep
 
     configs = [ROOT / "config" / "paper-controlled.yaml", paper_controlled_data(tmp_path, tokenizer_dir)]
@@ -532,6 +533,10 @@ def test_a_gpu_pre_training_job_asks_for_the_time_its_cost_model_gives(tmp_path,
     assert minutes == pytest.approx(hours / 8 * 60 * pretrain_sweep.RUNTIME_MARGIN, abs=1) and minutes > 1440
     text = slurm_dry_run(*configs)
     assert f"runtime={minutes}, gpu=8, ranks=8" in text
+    # olmo-15m's budget jobs fit one GPU each (the planner's pretrain.ranks): its hours on one GPU
+    small = pretrain_sweep.runtime_minutes(cfg, "olmo-15m", tokens)
+    assert small == pytest.approx(pretrain_sweep.gpu_hours(cfg, "olmo-15m", tokens) * 60 * 1.5, abs=1)
+    assert f"runtime={small}, gpu=1, ranks=1" in text
 
 
 def llava_data(tmp_path: Path) -> Path:

@@ -2,16 +2,23 @@
 cut at the budgets' branch steps, each budget's decay from there, what the sweep costs, and the
 settings that stop at start-up (muP's included)."""
 
+import math
 import re
+from types import SimpleNamespace
 
 import pytest
 from workflow_utils import ROOT, smoke_config, snakemake, workflow_config
 
 from pipeline import layout
+from pipeline.train.memory import GpuSettings
+from pipeline.workflow.cluster import pretrain_resources
 from pipeline.workflow.config import check_config
 from pipeline.workflow.pretrain_sweep import (
     branch_steps,
     decay_inputs,
+    gpu_hours,
+    pretrain_ranks,
+    runtime_minutes,
     stable_inputs,
     sweep_cost,
     sweep_steps,
@@ -101,7 +108,7 @@ def test_a_seven_budget_sweep_under_wsd_trains_under_six_tenths_of_cosines_token
         f"cosine {steps['cosine'] * 16 * 128:,} tokens" in text
         and f"wsd {steps['wsd'] * 16 * 128:,} tokens" in text
     )
-    assert "GPU-hours at 30% MFU of 312 TFLOP/s" in text
+    assert "GPU-hours at 50 TFLOP/s delivered per GPU (gpu.tflops)" in text
 
 
 @pytest.mark.parametrize(
@@ -135,3 +142,50 @@ def test_bad_wsd_settings_stop_at_start_up(change, needle):
 def test_a_decay_longer_than_the_budget_is_a_schema_error():
     with pytest.raises(ConfigError, match="decay_fraction"):
         config(**WSD, **{"pretrain.decay_fraction": 1.5})
+
+
+@pytest.mark.parametrize("tflops", [0, -50, None])
+def test_a_runtime_model_throughput_that_is_not_positive_stops_at_start_up_naming_the_key(tflops):
+    with pytest.raises(ConfigError, match=r"gpu\.tflops"):
+        config(**{"gpu.tflops": tflops})
+    with pytest.raises(ValueError, match=r"gpu\.tflops: the training throughput one GPU delivers"):
+        GpuSettings(tflops=tflops)
+
+
+def test_the_runtime_model_runs_at_the_configured_measured_throughput():
+    """GPU-hours = tokens x the project's FLOPs per token / gpu.tflops (default: the kit's H100
+    measurement, 50 TFLOP/s), not a spec-sheet peak times a guessed MFU."""
+    cfg = config()
+    assert cfg["gpu"]["tflops"] == 50
+    from pipeline.models.presets import preset_shape
+
+    flops = preset_shape("tiny", cfg["tokenizer"]["vocab_size"]).train_flops_per_token(
+        cfg["pretrain"]["seq_len"]
+    )
+    assert gpu_hours(cfg, "tiny", 3.6e9) == pytest.approx(3.6e9 * flops / 50e12 / 3600)
+    assert gpu_hours(config(**{"gpu.tflops": 100}), "tiny", 3.6e9) == pytest.approx(
+        gpu_hours(cfg, "tiny", 3.6e9) / 2
+    )
+
+
+def test_small_presets_pre_train_on_one_gpu_and_large_ones_keep_their_ranks():
+    """config/paper-controlled.yaml on 80 GB GPUs, pretrain.ranks null: the memory planner gives
+    olmo-15m's budget jobs one GPU each (batch 256 x 1024 fits one) and olmo-90m a node's 8; the
+    SLURM resources and time limits follow; a pretrain.ranks set is kept."""
+    cfg = workflow_config(ROOT / "config" / "paper-controlled.yaml")
+    validate_config(cfg, load_schema(ROOT / "config" / "schema.yaml"))
+    assert cfg["pretrain"]["ranks"] is None
+    assert pretrain_ranks(cfg, "olmo-15m") == 1
+    assert pretrain_ranks(cfg, "olmo-90m") == 8
+    resources = pretrain_resources("cuda", {}, cfg, lambda wc: 4_000_000_000)
+    small, large = SimpleNamespace(model="olmo-15m", budget="4000000000"), SimpleNamespace(model="olmo-90m")
+    assert resources["ranks"](small) == resources["gpu"](small) == 1
+    assert resources["ranks"](large) == resources["gpu"](large) == 8
+    tokens = 4_000_000_000
+    assert runtime_minutes(cfg, "olmo-15m", tokens) == math.ceil(
+        gpu_hours(cfg, "olmo-15m", tokens) * 60 * 1.5
+    )
+    cfg["pretrain"]["ranks"] = 2
+    assert pretrain_ranks(cfg, "olmo-15m") == pretrain_ranks(cfg, "olmo-90m") == 2
+    cfg["pretrain"]["ranks"], cfg["device"] = None, "cpu"
+    assert pretrain_ranks(cfg, "olmo-90m") == 1  # on the CPU: one process unless set
