@@ -212,7 +212,7 @@ def test_a_multimodal_batch_trains_through_the_fused_head_with_the_models_own_lo
     batch = _batch(llava, 100)
     batch["labels"][:, :-3] = IGNORE_INDEX  # the reply only, as in a LLaVA conversation
     head = fused_head(llava)
-    assert head is not None and head[0] is llava.model  # the body that takes pixel_values
+    assert head is not None and head.body is llava.model  # the body that takes pixel_values
 
     def loss_and_grads(fn):
         llava.zero_grad()
