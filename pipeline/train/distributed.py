@@ -93,9 +93,10 @@ def tied_output(model: torch.nn.Module) -> bool:
 def shard_model(model: torch.nn.Module, precision: str) -> None:
     """fully_shard each decoder layer, the output layer (float32 parameters: the fused head,
     pipeline.models.losses.FusedHead, runs inside its forward and casts them for its matmuls; a model
-    without one gets float32 logits) and the root; gradients are summed across ranks (each rank's loss is its share of the global mean).
-    A peft (LoRA) model: its causal LM is the root, each layer's shard group holding the layer's
-    frozen weights and trained adapters together (FSDP2 reduces gradients of the trained ones)."""
+    without one gets float32 logits) and the root; gradients are summed across ranks (each rank's
+    loss is its share of the global mean). A peft (LoRA) model: its causal LM is the root, each
+    layer's shard group holding the layer's frozen weights and trained adapters together (FSDP2
+    reduces gradients of the trained ones)."""
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
     model = base_model(model)
