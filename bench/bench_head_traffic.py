@@ -9,9 +9,9 @@ the number of logits. Two kernels:
 - "bf16": the accelerators' kernel with bf16 matmuls (autocast's head on CUDA), traced on the meta
   device at OLMo-1B's head shape (no arithmetic: only the ops and their sizes).
 The matmuls' own reads and writes of those tensors are shown apart. Time: the CPU kernel's
-forward + backward, median of `--repeats`.
+forward + backward, old and new alternately, median of `--repeats`.
 
-usage: python bench/bench_head_traffic.py [--old-rev e74d84e] [--rows 1024] [--vocab 16384]
+usage: python bench/bench_head_traffic.py [--old-rev e74d84e] [--rows 512] [--vocab 16384]
 last line: `head traffic bytes/logit cpu <old> -> <new>, bf16 <old> -> <new>; cpu ms/step <old> -> <new>`
 """
 
@@ -119,26 +119,29 @@ def traced(loss_fn, n: int, hidden: int, vocab: int, chunk: int, device: str) ->
     return elementwise, sum(v for k, v in per_logit.items() if k in MATMULS), per_logit
 
 
-def timed(loss_fn, n: int, hidden: int, vocab: int, chunk: int, repeats: int) -> float:
+def timed(fns: dict, n: int, hidden: int, vocab: int, chunk: int, repeats: int) -> dict[str, float]:
+    """Median ms per forward + backward of each contender, run alternately (a shared machine's load
+    falls on both alike)."""
     gen = torch.Generator().manual_seed(0)
     h, w = torch.randn(n, hidden, generator=gen), 0.05 * torch.randn(vocab, hidden, generator=gen)
     y = torch.randint(0, vocab, (n,), generator=gen)
-    head_step(loss_fn, h, w, y, chunk)  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        head_step(loss_fn, h, w, y, chunk)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for r in range(repeats + 1):  # round 0 warms up
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            head_step(fn, h, w, y, chunk)
+            if r:
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--old-rev", default="e74d84e", help="the revision to compare with (before the change)")
-    ap.add_argument("--rows", type=int, default=1024)
+    ap.add_argument("--rows", type=int, default=512)
     ap.add_argument("--hidden", type=int, default=384)  # olmo-30m
     ap.add_argument("--vocab", type=int, default=16384)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -175,9 +178,7 @@ def main() -> None:
             found[kernel, version] = ew
             passes = ", ".join(f"{name} {b:.0f}" for name, b in ops.items() if name not in MATMULS)
             print(f"  {version}: {ew:5.1f} B/logit elementwise ({passes}); matmuls {mm:.1f} B/logit")
-    ms = {}
-    for version, fn in contenders["cpu"].items():
-        ms[version] = timed(fn, args.rows, args.hidden, args.vocab, cpu_chunk, args.repeats)
+    ms = timed(contenders["cpu"], args.rows, args.hidden, args.vocab, cpu_chunk, args.repeats)
     print(
         f"\ncpu forward+backward of the head, {args.rows} x {args.vocab}, hidden {args.hidden}: "
         f"old {ms['old']:.1f} ms, new {ms['new']:.1f} ms ({ms['old'] / ms['new']:.2f}x)"
