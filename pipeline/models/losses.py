@@ -271,7 +271,7 @@ class FusedHead:
     their gradients exactly as for `model(...)`.
     """
 
-    model: torch.nn.Module
+    model: torch.nn.Module  # the outermost module FSDP2 shards (a PEFT model's causal LM), else the model
     body: torch.nn.Module
     head: torch.nn.Linear
 
@@ -380,10 +380,19 @@ def fused_head(model: torch.nn.Module) -> FusedHead | None:
         for name, value in _flatten(fields)
     ):
         return None
+    root = _sharded_root(model)
     for body in dict.fromkeys(b for b in bodies if isinstance(b, torch.nn.Module) and b is not model):
-        if _probe_agrees(model, body, head):
-            return FusedHead(model, body, head)
+        if _probe_agrees(model, root, body, head):
+            return FusedHead(root, body, head)
     return None
+
+
+def _sharded_root(model: torch.nn.Module) -> torch.nn.Module:
+    """The outermost module FSDP2 shards (whose forward gathers the parameters the body and head
+    use outside their own units: the embeddings, the final norm), or the model when none is."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return next((m for m in model.modules() if isinstance(m, FSDPModule)), model)
 
 
 def _unsharded_type(module: torch.nn.Module) -> type:
@@ -405,7 +414,11 @@ def body_hidden(
 
 
 def _probe_agrees(
-    model: torch.nn.Module, body: torch.nn.Module, head: torch.nn.Linear, n_tokens: int = 8
+    model: torch.nn.Module,
+    root: torch.nn.Module,
+    body: torch.nn.Module,
+    head: torch.nn.Linear,
+    n_tokens: int = 8,
 ) -> bool:
     """Whether the model's logits on a few tokens equal `head(body(x))` (under FSDP2 both run as
     forwards of the root; its gathered parameters are freed afterwards)."""
@@ -421,7 +434,7 @@ def _probe_agrees(
             torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], device_type=device.type),
         ):
             want = model(input_ids=ids, use_cache=False).logits
-            got = as_forward(model, lambda x: head(body_hidden(body, x)), ids)
+            got = as_forward(root, lambda x: head(body_hidden(body, x)), ids)
     except (TypeError, ValueError, AttributeError, IndexError, RuntimeError):  # not a body of this head
         return False
     finally:

@@ -7,9 +7,9 @@ through `params:` (`hyperparameters`), so a changed value reruns exactly the job
 field's role (pipeline/fields.py: NUMBERS, the default, RECORDED or NEITHER) says where it goes:
 
 - EXECUTION (NEITHER): how a run executes (logging / resume-state cadence, activation
-  checkpointing, per-layer compilation: float rounding at most). It cannot change a number, so it
-  is not in params (a change reruns nothing) and not in the recorded hyperparameters; the job
-  reads it from the config.
+  checkpointing, per-layer compilation). It changes no number (compilation: float rounding, and
+  attention dropout's masks drawn by inductor's generator), so it is not in params (a change
+  reruns nothing) and not in the recorded hyperparameters; the job reads it from the config.
 - UNRECORDED (NUMBERS, not recorded): reaches the job, but is not a hyperparameter of the result
   (how a batch is computed).
 - BASE_EVAL (a tag): also read by the base model's in-domain evaluation (rule task_base).
