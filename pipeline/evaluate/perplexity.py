@@ -42,7 +42,7 @@ def scored_nll_sum(
     if head is not None:
         scored = (y.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)
         targets = y.reshape(-1)[scored].to(device, non_blocking=True)
-        return head.nll(x, scored.to(device, non_blocking=True), targets).sum()
+        return head.nll(x, scored.to(device, non_blocking=True), targets, summed=True)
     logits = model(input_ids=x).logits
     y = y.to(device, non_blocking=True)
     return F.cross_entropy(

@@ -118,11 +118,13 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy of `hidden @ weight.T` (rows with label IGNORE_INDEX excluded).
 
     The forward pass also computes d(loss)/d(hidden) and d(loss)/d(weight) chunk by chunk;
-    backward only scales them by the incoming gradient. d(loss)/d(logits) = (softmax - onehot) * s
-    per row (s: 1/n for a scored row, 0 else) is never formed as such: the row factor s (and, on
-    the CPU, 1/sum) is applied to the (c x H) matmul operands and results instead of the (c x V)
-    matrix, so per logit the elementwise work is the softmax's own passes (and, in 16-bit matmuls,
-    one float32 read and 16-bit write of the gradient; bench/bench_head_traffic.py counts them).
+    backward only scales them by the incoming gradient. Per logit (bench/bench_head_traffic.py
+    counts the bytes): the CPU kernel makes three float32 passes over a cache-sized chunk (exp2,
+    sum, the gradient's scaling: 20 B); the accelerators' kernel two, the log-softmax reading the
+    matmul's 16-bit logits and writing float32, the exponential writing the gradient in the matmul
+    dtype (12 B), since the row factor s (1/n for a scored row, 0 else) goes on the (c x H) matmul
+    operand and result instead of the (c x V) gradient (the kernel before it: 50 B, with a max,
+    a shift, a scaling pass and two casts of the gradient).
     """
 
     @staticmethod
@@ -160,29 +162,29 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             for start in range(0, n, chunk_size):
                 end = min(start + chunk_size, n)
                 h, y, s = hidden[start:end], safe[start:end], scale[start:end]
-                if kernel == "cpu":
+                if kernel == "cpu":  # the gradient (softmax - onehot) * s built in place in buf
                     nll, sums = _chunk_nll(h, y, head2_t, buf)
-                    # softmax - onehot = (E - sums * onehot) / sums, E the exponentials left in buf
-                    g = buf[: end - start].scatter_add_(1, y, -sums)
-                    row = s / sums
-                else:
+                    g = buf[: end - start].mul_(s / sums)
+                    g.scatter_add_(1, y, -s)
+                    if want_h:
+                        torch.mm(g, w, out=grad_h[start:end])
+                    if want_w:
+                        grad_w_t.addmm_(h.float().t(), g)
+                else:  # the row factor s on the (c x H) operands, not on the (c x V) gradient
                     nll, target = _chunk_logp(h.to(mm_dtype), y, w, scratch, buf)
                     # softmax in the matmul dtype (one float32 read, one write), the target's
                     # p - 1 = expm1(log p) in float32 (rounding p first would lose it when p ~ 1)
                     g = torch.exp(buf[: end - start], out=scratch[: end - start])
                     g.scatter_(1, y, torch.expm1(target).to(mm_dtype))
-                    row = s
+                    if want_h:
+                        torch.mul(torch.mm(g, w), s, out=grad_h[start:end])
+                    if want_w:
+                        hs = (h.float() * s).to(mm_dtype)
+                        if mm_dtype == torch.float32:
+                            grad_w_t.addmm_(hs.t(), g)
+                        else:
+                            grad_w_t += torch.mm(hs.t(), g)
                 total += torch.where(valid[start:end], nll, 0.0).sum()
-                if want_h and g.dtype == torch.float32:
-                    torch.mm(g, w, out=grad_h[start:end]).mul_(row)
-                elif want_h:
-                    torch.mul(torch.mm(g, w), row, out=grad_h[start:end])
-                if want_w:
-                    hs = (h.float() * row).to(mm_dtype)
-                    if mm_dtype == torch.float32:
-                        grad_w_t.addmm_(hs.t(), g)
-                    else:
-                        grad_w_t += torch.mm(hs.t(), g)
             ctx.save_for_backward(grad_h, grad_w_t)
             ctx.dtypes = (hidden.dtype, weight.dtype)
             return total * inv_n
@@ -220,6 +222,31 @@ def fused_linear_cross_entropy(
     return _FusedLinearCrossEntropy.apply(hidden, weight, labels.reshape(-1), chunk_size, mm_dtype, kernel)
 
 
+def _chunk_nlls(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    chunk_size: int | None,
+    mm_dtype: torch.dtype | None,
+) -> list[torch.Tensor]:
+    """The NLL (float32, nats; c x 1) of each chunk of rows, without gradients."""
+    hidden, labels = hidden.reshape(-1, hidden.size(-1)), labels.reshape(-1, 1)
+    mm_dtype = mm_dtype or matmul_dtype(hidden)
+    chunk_size = chunk_size or default_chunk_rows(weight.size(0), hidden.device)
+    out = []
+    with torch.no_grad(), torch.autocast(hidden.device.type, enabled=False):
+        rows = min(chunk_size, hidden.size(0))
+        buf = torch.empty(rows, weight.size(0), dtype=torch.float32, device=hidden.device)
+        cpu = hidden.device.type == "cpu" and mm_dtype == torch.float32
+        head = _base2_head(weight) if cpu else weight.to(mm_dtype)
+        scratch = None if cpu else torch.empty(rows, weight.size(0), dtype=mm_dtype, device=hidden.device)
+        for start in range(0, hidden.size(0), chunk_size):
+            h, y = hidden[start : start + chunk_size], labels[start : start + chunk_size]
+            nll = _chunk_nll(h, y, head, buf) if cpu else _chunk_logp(h.to(mm_dtype), y, head, scratch, buf)
+            out.append(nll[0])
+    return out
+
+
 def linear_nll(
     hidden: torch.Tensor,
     weight: torch.Tensor,
@@ -232,31 +259,22 @@ def linear_nll(
 
     Every row is scored (select the scored positions first, e.g. to skip padding).
     """
-    hidden, labels = hidden.reshape(-1, hidden.size(-1)), labels.reshape(-1, 1)
-    mm_dtype = mm_dtype or matmul_dtype(hidden)
-    chunk_size = chunk_size or default_chunk_rows(weight.size(0), hidden.device)
-    out = torch.empty(hidden.size(0), 1, dtype=torch.float32, device=hidden.device)
-    with torch.no_grad(), torch.autocast(hidden.device.type, enabled=False):
-        rows = min(chunk_size, hidden.size(0))
-        buf = torch.empty(rows, weight.size(0), dtype=torch.float32, device=hidden.device)
-        cpu = hidden.device.type == "cpu" and mm_dtype == torch.float32
-        head = _base2_head(weight) if cpu else weight.to(mm_dtype)
-        scratch = None if cpu else torch.empty(rows, weight.size(0), dtype=mm_dtype, device=hidden.device)
-        for start in range(0, hidden.size(0), chunk_size):
-            h, y = hidden[start : start + chunk_size], labels[start : start + chunk_size]
-            if cpu:
-                out[start : start + chunk_size] = _chunk_nll(h, y, head, buf)[0]
-            else:
-                out[start : start + chunk_size] = _chunk_logp(h.to(mm_dtype), y, head, scratch, buf)[0]
-    return out.squeeze(1)
+    return torch.cat(list(_chunk_nlls(hidden, weight, labels, chunk_size, mm_dtype))).squeeze(1)
 
 
 def linear_nll_sum(
-    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_size: int | None = None
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    chunk_size: int | None = None,
+    mm_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Summed negative log-likelihood (float32, nats) of `labels` under `hidden @ weight.T`, without
-    gradients (`linear_nll`, summed)."""
-    return linear_nll(hidden, weight, labels, chunk_size).sum()
+    gradients: `linear_nll`'s, summed chunk by chunk."""
+    total = torch.zeros((), dtype=torch.float32, device=hidden.device)
+    for nll in _chunk_nlls(hidden, weight, labels, chunk_size, mm_dtype):
+        total += nll.sum()
+    return total
 
 
 @dataclass(frozen=True)
@@ -299,11 +317,15 @@ class FusedHead:
         positions: torch.Tensor,
         targets: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
+        summed: bool = False,
         **inputs: torch.Tensor,
     ) -> torch.Tensor:
         """NLL (float32, nats) of `targets` at flat `positions` (indices into the batch's rows x
-        positions) of a batch, without gradients (`linear_nll`): only those rows go through the head."""
-        return as_forward(self.model, self._nll, input_ids, positions, targets, attention_mask, inputs)
+        positions) of a batch, without gradients (`linear_nll`): only those rows go through the head.
+        `summed`: their sum (`linear_nll_sum`), a scalar."""
+        return as_forward(
+            self.model, self._nll, input_ids, positions, targets, attention_mask, summed, inputs
+        )
 
     def _loss(self, input_ids, labels, attention_mask, scored_only, inputs) -> torch.Tensor:
         hidden = body_hidden(self.body, input_ids, attention_mask, **inputs)
@@ -317,13 +339,14 @@ class FusedHead:
 
         return as_forward(self.head, head_loss, hidden, labels)
 
-    def _nll(self, input_ids, positions, targets, attention_mask, inputs) -> torch.Tensor:
+    def _nll(self, input_ids, positions, targets, attention_mask, summed, inputs) -> torch.Tensor:
         hidden = body_hidden(self.body, input_ids, attention_mask, **inputs)
         hidden = hidden.reshape(-1, hidden.size(-1)).index_select(0, positions)
         mm_dtype = matmul_dtype(hidden)
+        nll = linear_nll_sum if summed else linear_nll
 
         def head_nll(h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return linear_nll(h, self.head.weight, y, mm_dtype=mm_dtype)
+            return nll(h, self.head.weight, y, mm_dtype=mm_dtype)
 
         return as_forward(self.head, head_nll, hidden, targets)
 

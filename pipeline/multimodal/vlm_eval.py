@@ -189,7 +189,7 @@ def conversation_loss(model, batches: Callable[[], Iterator[dict[str, torch.Tens
             flat = batch["labels"].reshape(-1)
             scored = (flat != IGNORE_INDEX).nonzero().squeeze(1)
             ids = batch["input_ids"].to(device)
-            return float(head.nll(ids, scored.to(device), flat[scored].to(device), **extra).sum())
+            return float(head.nll(ids, scored.to(device), flat[scored].to(device), summed=True, **extra))
         logits = model(input_ids=batch["input_ids"].to(device), **extra).logits.float()
         return float(
             torch.nn.functional.cross_entropy(

@@ -258,7 +258,7 @@ def test_training_and_evaluation_go_through_the_fused_head_without_full_logits(
 
     vocab = tiny_model.config.vocab_size
     monkeypatch.setitem(losses.CHUNK_BYTES, "cpu", 4 * vocab * 16)  # 16 rows per chunk
-    calls = {"fused_linear_cross_entropy": 0, "linear_nll": 0}
+    calls = {"fused_linear_cross_entropy": 0, "linear_nll": 0, "linear_nll_sum": 0}
     for name in calls:
         real = getattr(losses, name)
 
@@ -285,7 +285,7 @@ def test_training_and_evaluation_go_through_the_fused_head_without_full_logits(
         assert calls["fused_linear_cross_entropy"] == 2
         ppl = eval_perplexity(tiny_model, held, batch_size=8)
         scores = choice_logprobs(tiny_model, items, tokenizer.pad_token_id)
-    assert calls["linear_nll"] > 0
+    assert calls["linear_nll_sum"] > 0 and calls["linear_nll"] > 0  # perplexity, classification
     assert mode.largest <= 32 * vocab  # a chunk's (and the probe's 8 tokens), never 4 x 32 x vocab
 
     monkeypatch.setattr(losses, "fused_head", lambda model: None)  # the reference: the model's own logits

@@ -49,7 +49,7 @@ def run(ranks: Ranks, precision: str) -> dict:
     with torch.no_grad():
         ref_nll = F.cross_entropy(reference(input_ids=ids).logits[scored], labels[scored], reduction="sum")
 
-    calls = {"fused_linear_cross_entropy": 0, "linear_nll": 0}
+    calls = {"fused_linear_cross_entropy": 0, "linear_nll_sum": 0}
     real = {name: getattr(losses, name) for name in calls}
     for name in calls:  # spies: the head the sharded model runs is the fused one
 
@@ -77,7 +77,7 @@ def run(ranks: Ranks, precision: str) -> dict:
     with torch.inference_mode():
         flat = labels.reshape(-1)
         pos = (flat != IGNORE_INDEX).nonzero().squeeze(1)
-        nll = head.nll(ids, pos, flat[pos]).sum()
+        nll = head.nll(ids, pos, flat[pos], summed=True)
     for name, fn in real.items():
         setattr(losses, name, fn)
     return {
