@@ -8,9 +8,10 @@ is memory-bound traffic several times the size of the rest of the step. Here the
 during the forward pass each chunk's loss and gradients are computed at once, so the full
 logits never exist (the idea of Liger-Kernel's FusedLinearCrossEntropy, in plain torch so it
 runs on CPU and GPU alike). The softmax and loss arithmetic is float32, also for bf16/fp16
-models; under CUDA autocast the three matmuls (logits and both gradients) run in autocast's dtype,
-as the model's own head would, since float32 matmuls run ~10x slower than bf16 there (the GPU kit
-measured a float32 head at 0.67x Trainer's step rate on OLMo-1B's shape, docs/benchmarks.md).
+models; on CUDA the three matmuls (logits and both gradients) run in autocast's dtype, or in the
+hidden states' 16-bit dtype under FSDP2's bf16 policy, as the model's own head would, since
+float32 matmuls run ~10x slower than bf16 there (the GPU kit measured a float32 head at 0.67x
+Trainer's step rate on OLMo-1B's shape, docs/benchmarks.md).
 
 `fused_head(model)` returns the model's body and head (`FusedHead`, also for a model sharded with
 FSDP2) when this is exactly what the model's own forward computes, else None (callers then use
