@@ -15,6 +15,8 @@ import shutil
 
 import torch
 
+from pipeline.models.build import decoder_layers
+
 log = logging.getLogger(__name__)
 
 
@@ -55,8 +57,6 @@ def resolve_compile(setting: bool | None, device: str | torch.device, key: str) 
 def compile_layers(model: torch.nn.Module, backend: str | object = "inductor") -> int:
     """Compile each decoder layer's forward in place (parameter names and the state dict are
     unchanged); returns how many. `backend`: torch.compile's (tests pass a recording one)."""
-    from pipeline.train.distributed import decoder_layers
-
     layers = decoder_layers(model)
     for layer in layers:
         layer.forward = torch.compile(type(layer).forward.__get__(layer), backend=backend)

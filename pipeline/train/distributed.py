@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from pipeline.models.attention import use_small_head_attention
+from pipeline.models.build import decoder_layers
 from pipeline.models.loading import load_checkpoint, load_checkpoint_tokenizer
 from pipeline.models.trained_params import base_model
 from pipeline.ranks import Ranks
@@ -57,16 +58,6 @@ def check_same(value: object, ranks: Ranks, what: str) -> None:
     values = ranks.all_gather(value)
     if any(v != values[0] for v in values):
         raise RuntimeError(f"the ranks of this job disagree on {what}: {values}")
-
-
-def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
-    """The decoder layers of a transformers causal LM (`model.model.layers`), or of the language
-    model inside a LLaVA model (`model.model.language_model.layers`)."""
-    inner = getattr(model, "model", None)
-    layers = getattr(getattr(inner, "language_model", inner), "layers", None)
-    if not isinstance(layers, torch.nn.ModuleList):
-        raise ValueError(f"{type(model).__name__}: no decoder layers at model.model.layers to shard")
-    return layers
 
 
 def vision_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
