@@ -41,7 +41,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rows", type=int, default=18)
     args = ap.parse_args()
-    from pipeline.models.losses import body_hidden, fused_head, fused_linear_cross_entropy
+    from pipeline.models.losses import fused_head
 
     device = torch.device("cuda")
     model = fresh_model(args.model, device)
@@ -50,11 +50,11 @@ def main() -> None:
         for k, v in random_batches(model.config.vocab_size, args.batch, args.seq_len)(0).items()
     }
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    body, weight = fused_head(model)
+    head = fused_head(model)
 
     def ours() -> None:
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = fused_linear_cross_entropy(body_hidden(body, batch["input_ids"]), weight, batch["labels"])
+            loss = head.loss(batch["input_ids"], batch["labels"])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         opt.step()

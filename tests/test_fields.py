@@ -33,6 +33,7 @@ def test_roles():
     by_role = {r: roles.names(FinetuneConfig, r) for r in roles.ROLES}
     assert set(by_role[NEITHER]) == {
         "activation_checkpointing",
+        "compile",
         "checkpoint_every",
         "log_every",
         "collective_timeout_s",
@@ -42,6 +43,7 @@ def test_roles():
     assert roles.changes_numbers(mb) and not roles.is_recorded(mb)  # reruns, but rows do not record it
     assert set(roles.names(PretrainConfig, NEITHER)) == {
         "activation_checkpointing",
+        "compile",
         "checkpoint_every",
         "log_every",
     }

@@ -25,6 +25,7 @@ from pipeline.curvature.hessian import Vector, directional, fd_curvature
 from pipeline.curvature.summary import smallest_lambda_error
 from pipeline.data.batches import IGNORE_INDEX
 from pipeline.io import write_parquet
+from pipeline.models.compile import uncompile_layers
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -78,7 +79,9 @@ def write_lines(path: str, rows: Sequence[Mapping]) -> pd.DataFrame:
 
 
 def prepare(model: torch.nn.Module, dtype: str, name: str) -> torch.nn.Module:
-    """The model in `dtype` with eager attention (double backward); the switch is logged."""
+    """The model in `dtype` with eager attention and uncompiled layers (double backward); the
+    attention switch is logged."""
+    uncompile_layers(model)
     impl = getattr(model.config, "_attn_implementation", None)
     if impl != EAGER:
         model.set_attn_implementation(EAGER)

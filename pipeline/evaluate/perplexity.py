@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.data.batches import IGNORE_INDEX
-from pipeline.models.losses import body_hidden, fused_head, linear_nll_sum
+from pipeline.models.losses import FusedHead, fused_head
 from pipeline.runtime import map_cpu_threads
 
 if TYPE_CHECKING:
@@ -30,21 +30,19 @@ EVAL_METRICS = ("ppl", "bpb", "loss")  # what eval_perplexity reports of a held-
 
 @torch.inference_mode()
 def scored_nll_sum(
-    model: torch.nn.Module, head: tuple | None, x: torch.Tensor, y: torch.Tensor, device: torch.device
+    model: torch.nn.Module, head: FusedHead | None, x: torch.Tensor, y: torch.Tensor, device: torch.device
 ) -> torch.Tensor:
     """Summed NLL of the scored positions (labels != IGNORE_INDEX) of one host batch, on `device`.
 
-    With `head` (pipeline.models.losses.fused_head) only the scored positions go through the output
-    layer, their indices found on the host (no device sync); without, the model's own logits.
+    With `head` (pipeline.models.losses.fused_head; a model sharded with FSDP2 too) only the scored
+    positions go through the output layer, their indices found on the host (no device sync); without,
+    the model's own logits.
     """
     x = x.to(device, non_blocking=True)
     if head is not None:
         scored = (y.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(1)
-        hidden = body_hidden(head[0], x).reshape(-1, head[1].size(1))
-        idx = scored.to(device, non_blocking=True)
-        return linear_nll_sum(
-            hidden.index_select(0, idx), head[1], y.reshape(-1)[scored].to(device, non_blocking=True)
-        )
+        targets = y.reshape(-1)[scored].to(device, non_blocking=True)
+        return head.nll(x, scored.to(device, non_blocking=True), targets, summed=True)
     logits = model(input_ids=x).logits
     y = y.to(device, non_blocking=True)
     return F.cross_entropy(

@@ -21,7 +21,7 @@ from pipeline.data.batches import IGNORE_INDEX, pad_masked_batch, pad_scored_bat
 from pipeline.data.chat import EncodedChats
 from pipeline.data.heldout import EvalSet
 from pipeline.evaluate.perplexity import eval_perplexity, scored_nll_sum
-from pipeline.models.losses import fused_head
+from pipeline.models.losses import FusedHead, fused_head
 
 if TYPE_CHECKING:
     from pipeline.data.encode import EncodedChoices
@@ -31,10 +31,12 @@ if TYPE_CHECKING:
 def choice_logprobs(
     model: torch.nn.Module, enc: EncodedChoices, pad_token: int, batch_size: int = 64
 ) -> list[np.ndarray]:
-    """Mean log-probability of each choice's answer tokens given the prompt, per item."""
+    """Mean log-probability of each choice's answer tokens given the prompt, per item (only the
+    answer positions go through the output layer where the model allows: `_mean_logprobs`)."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
+    head = fused_head(model)
     pairs = [(i, c) for i in range(len(enc.prompts)) for c in range(len(enc.choices[i]))]
     # longest first: fewer padded positions per batch
     pairs.sort(key=lambda ic: -len(enc.prompts[ic[0]]) - len(enc.choices[ic[0]][ic[1]]))
@@ -43,15 +45,29 @@ def choice_logprobs(
         chunk = pairs[start : start + batch_size]
         seqs = [enc.sequence(i, c) for i, c in chunk]
         batch = pad_scored_batch([s for s, _ in seqs], [k for _, k in seqs], pad_token)
-        x, y = batch["input_ids"].to(device), batch["labels"].to(device)
-        logits = model(input_ids=x).logits.float()
-        nll = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE_INDEX, reduction="none")
-        mask = y != IGNORE_INDEX
-        mean_lp = (-(nll * mask).sum(1) / mask.sum(1)).cpu().numpy()
+        mean_lp = _mean_logprobs(model, head, batch["input_ids"], batch["labels"], device).cpu().numpy()
         for (i, c), lp in zip(chunk, mean_lp):
             scores[i][c] = lp
     model.train(was_training)
     return scores
+
+
+def _mean_logprobs(
+    model: torch.nn.Module, head: FusedHead | None, x: torch.Tensor, y: torch.Tensor, device: torch.device
+) -> torch.Tensor:
+    """Mean log-probability (float32) of each row's scored tokens (labels != IGNORE_INDEX): through
+    the fused head, only the scored positions go through the output layer; else the model's logits."""
+    mask = y != IGNORE_INDEX
+    if head is not None:
+        scored = mask.reshape(-1).nonzero().squeeze(1)
+        nll = head.nll(x.to(device), scored.to(device), y.reshape(-1)[scored].to(device))
+        rows = torch.zeros(len(y), dtype=torch.float32, device=device)
+        rows.index_add_(0, (scored // y.size(1)).to(device), nll)
+        return -rows / mask.sum(1).to(device)
+    x, y = x.to(device), y.to(device)
+    logits = model(input_ids=x).logits.float()
+    nll = F.cross_entropy(logits.transpose(1, 2), y, ignore_index=IGNORE_INDEX, reduction="none")
+    return -(nll * mask.to(device)).sum(1) / mask.sum(1).to(device)
 
 
 def eval_classification(

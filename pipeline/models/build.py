@@ -72,3 +72,13 @@ def count_parameters(model: torch.nn.Module, non_embedding: bool = False) -> int
         if out is not None:
             n -= out.weight.numel()
     return n
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The decoder layers of a transformers causal LM (`model.model.layers`), or of the language
+    model inside a LLaVA model (`model.model.language_model.layers`)."""
+    inner = getattr(model, "model", None)
+    layers = getattr(getattr(inner, "language_model", inner), "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ValueError(f"{type(model).__name__}: no decoder layers at model.model.layers")
+    return layers

@@ -21,6 +21,7 @@ import torch
 from pipeline.data.batches import IGNORE_INDEX
 from pipeline.data.chat import prefix_token
 from pipeline.evaluate.generation import left_padded
+from pipeline.models.losses import fused_head
 from pipeline.multimodal.benchmarks import max_new_tokens
 from pipeline.multimodal.conversation import v1_prompt
 from pipeline.multimodal.llava import IMAGE_TOKEN
@@ -180,8 +181,15 @@ def conversation_loss(model, batches: Callable[[], Iterator[dict[str, torch.Tens
     was_training = model.training
     model.eval()
 
+    head = fused_head(model)  # only the scored positions through the output layer, where it allows
+
     def summed(batch: dict[str, torch.Tensor], pixels: torch.Tensor | None) -> float:
         extra = {} if pixels is None else {"pixel_values": pixels.to(device, dtype)}
+        if head is not None:
+            flat = batch["labels"].reshape(-1)
+            scored = (flat != IGNORE_INDEX).nonzero().squeeze(1)
+            ids = batch["input_ids"].to(device)
+            return float(head.nll(ids, scored.to(device), flat[scored].to(device), summed=True, **extra))
         logits = model(input_ids=batch["input_ids"].to(device), **extra).logits.float()
         return float(
             torch.nn.functional.cross_entropy(

@@ -7,8 +7,9 @@ through `params:` (`hyperparameters`), so a changed value reruns exactly the job
 field's role (pipeline/fields.py: NUMBERS, the default, RECORDED or NEITHER) says where it goes:
 
 - EXECUTION (NEITHER): how a run executes (logging / resume-state cadence, activation
-  checkpointing). It cannot change a number, so it is not in params (a change reruns nothing) and
-  not in the recorded hyperparameters; the job reads it from the config.
+  checkpointing, per-layer compilation). It changes no number (compilation: float rounding, and
+  attention dropout's masks drawn by inductor's generator), so it is not in params (a change
+  reruns nothing) and not in the recorded hyperparameters; the job reads it from the config.
 - UNRECORDED (NUMBERS, not recorded): reaches the job, but is not a hyperparameter of the result
   (how a batch is computed).
 - BASE_EVAL (a tag): also read by the base model's in-domain evaluation (rule task_base).
@@ -157,6 +158,8 @@ class PretrainConfig:
     grad_clip: float | None = 1.0
     precision: str | None = None  # PRECISIONS; null: bf16-mixed on CUDA, fp32 elsewhere
     activation_checkpointing: bool = field(default=False, metadata=EXECUTION)  # recompute per layer
+    # per-layer torch.compile (pipeline/models/compile.py); None: on for CUDA, off elsewhere
+    compile: bool | None = field(default=None, metadata=EXECUTION)
     checkpoint_every: int = _cadence(CHECKPOINT_EVERY)
     log_every: int = _cadence(LOG_EVERY)
     schedule: str = field(default="cosine", metadata=WHEN_SET)  # PRETRAIN_SCHEDULES
@@ -286,6 +289,8 @@ class FinetuneConfig:
     eval_max_tokens: int | None = field(default=None, metadata=BASE_EVAL)
     precision: str | None = None  # PRECISIONS; null: bf16-mixed on CUDA, fp32 elsewhere
     activation_checkpointing: bool = field(default=False, metadata=EXECUTION)  # recompute per layer
+    # per-layer torch.compile (pipeline/models/compile.py); None: on for CUDA, off elsewhere
+    compile: bool | None = field(default=None, metadata=EXECUTION)
     checkpoint_every: int = _cadence(CHECKPOINT_EVERY)
     log_every: int = _cadence(LOG_EVERY)
     collective_timeout_s: int = field(default=COLLECTIVE_TIMEOUT_S, metadata=EXECUTION)

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from pipeline.models.attention import use_small_head_attention
+from pipeline.models.build import decoder_layers
 from pipeline.models.loading import load_checkpoint, load_checkpoint_tokenizer
 from pipeline.models.trained_params import base_model
 from pipeline.ranks import Ranks
@@ -59,16 +60,6 @@ def check_same(value: object, ranks: Ranks, what: str) -> None:
         raise RuntimeError(f"the ranks of this job disagree on {what}: {values}")
 
 
-def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
-    """The decoder layers of a transformers causal LM (`model.model.layers`), or of the language
-    model inside a LLaVA model (`model.model.language_model.layers`)."""
-    inner = getattr(model, "model", None)
-    layers = getattr(getattr(inner, "language_model", inner), "layers", None)
-    if not isinstance(layers, torch.nn.ModuleList):
-        raise ValueError(f"{type(model).__name__}: no decoder layers at model.model.layers to shard")
-    return layers
-
-
 def vision_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     """The encoder layers of a LLaVA model's vision tower (none for a causal LM)."""
     tower = getattr(getattr(model, "model", None), "vision_tower", None)
@@ -91,10 +82,12 @@ def tied_output(model: torch.nn.Module) -> bool:
 
 
 def shard_model(model: torch.nn.Module, precision: str) -> None:
-    """fully_shard each decoder layer, the output layer (float32, so logits are float32) and the
-    root; gradients are summed across ranks (each rank's loss is its share of the global mean).
-    A peft (LoRA) model: its causal LM is the root, each layer's shard group holding the layer's
-    frozen weights and trained adapters together (FSDP2 reduces gradients of the trained ones)."""
+    """fully_shard each decoder layer, the output layer (float32 parameters: the fused head,
+    pipeline.models.losses.FusedHead, runs inside its forward and casts them for its matmuls; a model
+    without one gets float32 logits) and the root; gradients are summed across ranks (each rank's
+    loss is its share of the global mean). A peft (LoRA) model: its causal LM is the root, each
+    layer's shard group holding the layer's frozen weights and trained adapters together (FSDP2
+    reduces gradients of the trained ones)."""
     from torch.distributed.fsdp import FSDPModule, fully_shard
 
     model = base_model(model)

@@ -22,6 +22,7 @@ import torch
 
 from pipeline.data.encode import lm_sampler
 from pipeline.data.replay import replay_rows, with_replay
+from pipeline.models.compile import compile_layers, resolve_compile
 from pipeline.models.loading import default_dtype, dtype_name, load_checkpoint
 from pipeline.models.trained_params import base_parameters, describe, merge, select
 from pipeline.tables import metric_row
@@ -137,6 +138,12 @@ def set_up(job: FinetuneJob, placement: Whole) -> Run:
             "the curvature stage's line along θ_ft − θ_pre needs the whole model in one process: "
             "not in a sharded fine-tuning job (finetune.ranks > 1)"
         )
+    if cfg.linearized and cfg.compile:
+        raise ValueError(
+            "finetune.compile: true, but a linearized run (finetune.linearized) runs the model under "
+            "torch.func transforms; set compile to null or false"
+        )
+    compiled = not cfg.linearized and resolve_compile(cfg.compile, device, "finetune.compile")
     task = job.task.open()
     model, tokenizer = placement.load_model(
         job.spec,
@@ -146,6 +153,8 @@ def set_up(job: FinetuneJob, placement: Whole) -> Run:
         cfg.activation_checkpointing,
         build=lambda m, t: select(task.build(m, t), cfg.params),
     )
+    if compiled:
+        compile_layers(model)
     reference_device = device if job.lambda_reg > 0 or cfg.linearized else "cpu"
     reference = {
         n: placement.local(p).detach().to(reference_device, copy=True) for n, p in base_parameters(model)

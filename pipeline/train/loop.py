@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from pipeline.data.batches import IGNORE_INDEX
-from pipeline.models.losses import body_hidden, fused_head, fused_linear_cross_entropy
+from pipeline.models.losses import FusedHead, fused_head
 from pipeline.models.mup import is_hidden
 from pipeline.train import resume
 from pipeline.train.distributed import state_bytes
@@ -73,7 +73,8 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean next-token cross-entropy over positions whose label is not IGNORE_INDEX.
 
     The full-logits path, for models `pipeline.models.losses.fused_head` cannot split; the others
-    train through `fused_linear_cross_entropy`, which gives the same loss and gradients.
+    (in one process and sharded) train through `FusedHead.loss`, which gives the same loss and
+    gradients.
     """
     return F.cross_entropy(
         logits.reshape(-1, logits.size(-1)).float(), labels.reshape(-1), ignore_index=IGNORE_INDEX
@@ -83,7 +84,9 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 TOKEN_KEYS = ("input_ids", "attention_mask", "labels")  # (rows, positions); other keys: per row
 
 
-def _batch_loss(model: torch.nn.Module, head, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+def _batch_loss(
+    model: torch.nn.Module, head: FusedHead | None, batch: dict[str, torch.Tensor]
+) -> torch.Tensor:
     """Mean next-token loss of one (micro-)batch, through the fused head when the model allows it;
     other inputs (a multimodal batch's `pixel_values`) go to the model's body.
 
@@ -95,11 +98,9 @@ def _batch_loss(model: torch.nn.Module, head, batch: dict[str, torch.Tensor]) ->
     extra = {k: v for k, v in batch.items() if k not in TOKEN_KEYS}
     labels = batch["labels"]
     if head is not None:  # chunked fused head: the (tokens x vocab) logits never exist
-        hidden = body_hidden(head[0], batch["input_ids"], batch.get("attention_mask"), **extra)
-        if extra:
-            scored = labels != IGNORE_INDEX
-            hidden, labels = hidden[scored], labels[scored]
-        return fused_linear_cross_entropy(hidden, head[1], labels)
+        return head.loss(
+            batch["input_ids"], labels, batch.get("attention_mask"), scored_only=bool(extra), **extra
+        )
     logits = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"), **extra).logits
     return lm_loss(logits, labels)
 

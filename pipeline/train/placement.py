@@ -131,7 +131,8 @@ class Sharded(Whole):
         return contextlib.nullcontext()
 
     def prepare_output(self, model: torch.nn.Module, precision: str) -> None:
-        """Nothing: the output layer has its own float32 FSDP2 policy (shard_model)."""
+        """Nothing: the output layer has its own float32 FSDP2 policy (shard_model), and the fused
+        head runs inside its forward (pipeline.models.losses.FusedHead)."""
 
     def local(self, t: torch.Tensor) -> torch.Tensor:
 

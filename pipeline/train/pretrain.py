@@ -15,6 +15,7 @@ from pipeline.data.token_shards import ShardSet, TokenStream, open_tokens
 from pipeline.data.tokenizer import load_tokenizer
 from pipeline.io import atomic_path, write_json
 from pipeline.models.build import build_model, count_parameters, init_std, model_config
+from pipeline.models.compile import compile_layers, resolve_compile
 from pipeline.models.mup import Mup, attach, fold, folded_init_std, init_weights, mup_of
 from pipeline.models.presets import mup_base
 from pipeline.train import resume
@@ -64,6 +65,7 @@ def set_up(
     """The preset's model from initialisation `seed` on `device` (every rank builds the same one,
     then keeps its shards), and the training tokens (the study's split, or `token_shards`) in data
     order `seed`."""
+    compiled = resolve_compile(cfg.compile, device, "pretrain.compile")  # before any work: a clear error
     tokenizer = load_tokenizer(tokenizer_path)
     config = model_config(preset, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
     if cfg.seq_len > config.max_position_embeddings:
@@ -85,6 +87,8 @@ def set_up(
     if cfg.activation_checkpointing:
         enable_activation_checkpointing(model)
     placement.place(model, resolve_precision(cfg.precision, device))
+    if compiled:
+        compile_layers(model)
     return Setup(tokenizer, model, stds, tokens, sampler, mup, hook)
 
 

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import pipeline.train.loop
 from pipeline.data.batches import IGNORE_INDEX, ChunkSampler
@@ -25,12 +26,13 @@ def _hidden_and_labels(model, tokens, rows=5, seq=60):
     labels[0, :7] = IGNORE_INDEX  # e.g. a prompt
     labels[3, 40:] = IGNORE_INDEX  # e.g. padding
     with torch.no_grad():
-        hidden = body_hidden(fused_head(model)[0], inputs)
+        hidden = body_hidden(fused_head(model).body, inputs)
     return hidden.reshape(-1, hidden.size(-1)), labels.reshape(-1)
 
 
+@pytest.mark.parametrize("kernel", ["cpu", "logp"])  # logp: the accelerators' kernel, forced here
 @pytest.mark.parametrize("chunk_size", [64, 7, 4096])  # 300 rows: chunks that do not divide N, and one chunk
-def test_fused_loss_and_gradients_equal_full_logits(tiny_model, tokens, chunk_size):
+def test_fused_loss_and_gradients_equal_full_logits(tiny_model, tokens, chunk_size, kernel):
     hidden, labels = _hidden_and_labels(tiny_model, tokens)
     weight = tiny_model.lm_head.weight.detach()
 
@@ -39,7 +41,7 @@ def test_fused_loss_and_gradients_equal_full_logits(tiny_model, tokens, chunk_si
     (2.5 * ref).backward()  # an upstream gradient other than 1
 
     h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
-    loss = fused_linear_cross_entropy(h, w, labels, chunk_size=chunk_size)
+    loss = fused_linear_cross_entropy(h, w, labels, chunk_size=chunk_size, kernel=kernel)
     (2.5 * loss).backward()
 
     assert loss.dtype == torch.float32
@@ -78,7 +80,8 @@ def test_eval_nll_sum_equals_full_logits(tiny_model, tokens):
 @pytest.mark.parametrize(
     "offset", [0.0, 120.0, -150.0]
 )  # logits near 0, past exp2's float32 range, all far below 0
-def test_extreme_logits_give_the_same_loss_and_gradients(tiny_model, tokens, offset):
+@pytest.mark.parametrize("kernel", ["cpu", "logp"])
+def test_extreme_logits_give_the_same_loss_and_gradients(tiny_model, tokens, offset, kernel):
     """Rows whose unshifted 2^logit would overflow or underflow take the max-shifted path (CPU)."""
     hidden, labels = _hidden_and_labels(tiny_model, tokens, rows=4, seq=30)
     weight = tiny_model.lm_head.weight.detach()
@@ -90,7 +93,7 @@ def test_extreme_logits_give_the_same_loss_and_gradients(tiny_model, tokens, off
     ref = F.cross_entropy(ref_h @ ref_w.T, labels, ignore_index=IGNORE_INDEX)
     ref.backward()
     h, w = h0.clone().requires_grad_(), w0.clone().requires_grad_()
-    loss = fused_linear_cross_entropy(h, w, labels, chunk_size=16)
+    loss = fused_linear_cross_entropy(h, w, labels, chunk_size=16, kernel=kernel)
     loss.backward()
     assert torch.isfinite(loss)
     torch.testing.assert_close(loss, ref, rtol=1e-6, atol=0)
@@ -130,8 +133,8 @@ def test_bf16_model_gives_a_float32_accurate_loss(tiny_model, tokens):
 
 
 def test_fused_head_of_a_plain_causal_lm(tiny_model):
-    body, weight = fused_head(tiny_model)
-    assert body is tiny_model.model and weight is tiny_model.lm_head.weight
+    head = fused_head(tiny_model)
+    assert head.body is tiny_model.model and head.weight is tiny_model.lm_head.weight
     assert tiny_model.training  # the probe pass restores the mode
 
 
@@ -174,7 +177,8 @@ def test_training_through_the_fused_head_matches_the_full_logits_path(tiny_model
 
 def test_tied_embeddings_get_the_gradient_of_both_uses(tiny_model, tokens):
     tiny_model.lm_head.weight = tiny_model.model.embed_tokens.weight  # input and output embedding shared
-    body, weight = fused_head(tiny_model)
+    head = fused_head(tiny_model)
+    body, weight = head.body, head.weight
     assert weight is tiny_model.model.embed_tokens.weight
     x = torch.from_numpy(tokens[:129].astype(np.int64))
     inputs, labels = x[:-1].reshape(2, 64), x[1:].reshape(2, 64)
@@ -199,7 +203,7 @@ def test_the_heads_low_precision_matmuls_follow_autocasts_own_head(monkeypatch):
     weight = 0.1 * torch.randn(500, 64, generator=gen)
     labels = torch.randint(0, 500, (600,), generator=gen)
     labels[::5] = IGNORE_INDEX
-    monkeypatch.setattr(losses, "_matmul_dtype", lambda device: torch.bfloat16)
+    monkeypatch.setattr(losses, "matmul_dtype", lambda hidden: torch.bfloat16)
     results = []
     for fused in (True, False):
         h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
@@ -217,3 +221,83 @@ def test_the_heads_low_precision_matmuls_follow_autocasts_own_head(monkeypatch):
     for got, want in ((gh, rh), (gw, rw)):
         assert got.dtype == torch.float32
         torch.testing.assert_close(got, want, rtol=3e-2, atol=3e-2 * float(want.abs().max()))
+
+
+class _LargestLogits(TorchDispatchMode):
+    """The most elements of any float32 tensor an op makes with the vocabulary as its last dimension."""
+
+    def __init__(self, vocab: int):
+        super().__init__()
+        self.vocab, self.largest = vocab, 0
+
+    def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else [out]:
+            if (
+                isinstance(t, torch.Tensor)
+                and t.dtype == torch.float32
+                and t.dim()
+                and t.shape[-1] == self.vocab
+            ):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+def test_training_and_evaluation_go_through_the_fused_head_without_full_logits(
+    tiny_model, tokens, tokenizer, moby_docs, monkeypatch
+):
+    """One process: a training step, held-out perplexity and classification scores call the fused
+    head (spied on) and no op makes a float32 tensor of (rows x positions x vocabulary) logits;
+    the scores equal the model's own logits'."""
+    from pipeline.data.encode import EncodedChoices
+    from pipeline.data.heldout import build_eval_set
+    from pipeline.data.tokenizer import encode_documents
+    from pipeline.evaluate.perplexity import eval_perplexity
+    from pipeline.evaluate.tasks import choice_logprobs
+    from pipeline.models import losses
+
+    vocab = tiny_model.config.vocab_size
+    monkeypatch.setitem(losses.CHUNK_BYTES, "cpu", 4 * vocab * 16)  # 16 rows per chunk
+    calls = {"fused_linear_cross_entropy": 0, "linear_nll": 0, "linear_nll_sum": 0}
+    for name in calls:
+        real = getattr(losses, name)
+
+        def spy(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(losses, name, spy)
+    texts = [d.text[:2000] for d in moby_docs[:2]]
+    held = build_eval_set(
+        encode_documents(tokenizer, texts), texts, tokenizer.eos_token_id, 64, tokenizer.pad_token_id
+    )
+    items = EncodedChoices(
+        prompts=[list(tokens[:20]), list(tokens[20:50])],
+        choices=[[list(tokens[50:52]), list(tokens[52:55])]] * 2,
+        labels=np.array([0, 1]),
+        prefix=tokenizer.eos_token_id,
+        max_len=64,
+    )
+    sampler = ChunkSampler(tokens, 32, 4, seed=0)
+    mode = _LargestLogits(vocab)
+    with mode:
+        train(tiny_model, sampler.batch, TrainConfig(steps=2, lr=1e-2, log_every=1))
+        assert calls["fused_linear_cross_entropy"] == 2
+        ppl = eval_perplexity(tiny_model, held, batch_size=8)
+        scores = choice_logprobs(tiny_model, items, tokenizer.pad_token_id)
+    assert calls["linear_nll_sum"] > 0 and calls["linear_nll"] > 0  # perplexity, classification
+    assert mode.largest <= 32 * vocab  # a chunk's (and the probe's 8 tokens), never 4 x 32 x vocab
+
+    monkeypatch.setattr(losses, "fused_head", lambda model: None)  # the reference: the model's own logits
+    import pipeline.evaluate.perplexity
+    import pipeline.evaluate.tasks
+
+    monkeypatch.setattr(pipeline.evaluate.perplexity, "fused_head", lambda model: None)
+    monkeypatch.setattr(pipeline.evaluate.tasks, "fused_head", lambda model: None)
+    full = _LargestLogits(vocab)
+    with full:
+        assert eval_perplexity(tiny_model, held, batch_size=8)["loss"] == pytest.approx(ppl["loss"], rel=1e-6)
+        want_scores = choice_logprobs(tiny_model, items, tokenizer.pad_token_id)
+    assert full.largest >= 8 * 64 * vocab  # the check sees full logits where they are made
+    for got, want in zip(scores, want_scores):
+        np.testing.assert_allclose(got, want, rtol=1e-5)

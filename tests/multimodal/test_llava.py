@@ -9,6 +9,7 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 from transformers import (
     CLIPVisionModel,
     LlamaConfig,
@@ -195,6 +196,12 @@ def test_the_other_image_loss_reads_the_image_and_leaves_text_alone():
     text = {"input_ids": batch["input_ids"][:, -8:], "labels": batch["labels"][:, -8:]}
     out = conversation_loss(llava, lambda: iter([batch]))
     assert abs(out["loss_other_image"] - out["loss"]) > 1e-3
+    with torch.no_grad():  # the fused head's scored positions give the model's own logits' loss
+        logits = llava(input_ids=batch["input_ids"], pixel_values=batch["pixel_values"]).logits
+    want = F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), batch["labels"].reshape(-1), ignore_index=IGNORE_INDEX
+    )
+    assert out["loss"] == pytest.approx(float(want), rel=1e-5)
     for b in (same, text):
         out = conversation_loss(llava, lambda b=b: iter([b]))
         assert out["loss_other_image"] == pytest.approx(out["loss"], rel=1e-6)
@@ -212,7 +219,7 @@ def test_a_multimodal_batch_trains_through_the_fused_head_with_the_models_own_lo
     batch = _batch(llava, 100)
     batch["labels"][:, :-3] = IGNORE_INDEX  # the reply only, as in a LLaVA conversation
     head = fused_head(llava)
-    assert head is not None and head[0] is llava.model  # the body that takes pixel_values
+    assert head is not None and head.body is llava.model  # the body that takes pixel_values
 
     def loss_and_grads(fn):
         llava.zero_grad()

@@ -109,6 +109,7 @@ def test_execution_fields_have_one_default():
         "log_every",
         "checkpoint_every",
         "activation_checkpointing",
+        "compile",
         "threads",
         "ranks",
         "collective_timeout_s",
