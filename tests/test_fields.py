@@ -34,6 +34,7 @@ def test_roles():
     assert set(by_role[NEITHER]) == {
         "activation_checkpointing",
         "checkpoint_every",
+        "checkpoint_seconds",
         "log_every",
         "collective_timeout_s",
     }
@@ -43,6 +44,7 @@ def test_roles():
     assert set(roles.names(PretrainConfig, NEITHER)) == {
         "activation_checkpointing",
         "checkpoint_every",
+        "checkpoint_seconds",
         "log_every",
     }
     # the NTK's block size only decides how much memory its gradients take at once

@@ -73,28 +73,36 @@ def test_a_decay_branched_from_the_stable_run_is_the_whole_wsd_run(train_tokens,
     """Stable run to step 12, then to the branch step 30 from there (two DAG edges), then the
     budget's decay from that state: weights, loss curve and init stds equal those of one WSD run."""
     from pipeline.train.pretrain import pretrain_run, stable_run
+    from pipeline.train.pretrain_job import PretrainJob
 
     torch.set_num_threads(1)
     cfg = PretrainConfig(**HP)
     budget = 40 * 4 * 32
     branch = cfg.branch_step(budget)
     common = dict(train_tokens=train_tokens, tokenizer_path=tokenizer_dir, preset="tiny", seed=0, cfg=cfg)
-    whole = pretrain_run(budget=budget, out_dir=tmp_path / "whole", state_path=tmp_path / "w", **common)
+    whole = pretrain_run(
+        PretrainJob(budget=budget, out=tmp_path / "whole", state_path=tmp_path / "w", **common)
+    )
 
-    assert stable_run(steps=12, out_state=tmp_path / "at12", state_path=tmp_path / "s12", **common) == 12
+    segment = PretrainJob(stable_steps=12, out=tmp_path / "at12", state_path=tmp_path / "s12", **common)
+    assert stable_run(segment) == 12
     stable_run(
-        steps=branch,
-        out_state=tmp_path / f"at{branch}",
-        state_path=tmp_path / "s30",
-        branch_from=tmp_path / "at12",
-        **common,
+        PretrainJob(
+            stable_steps=branch,
+            out=tmp_path / f"at{branch}",
+            state_path=tmp_path / "s30",
+            branch_from=tmp_path / "at12",
+            **common,
+        )
     )
     decay = pretrain_run(
-        budget=budget,
-        out_dir=tmp_path / "branched",
-        state_path=tmp_path / "b",
-        branch_from=tmp_path / f"at{branch}",
-        **common,
+        PretrainJob(
+            budget=budget,
+            out=tmp_path / "branched",
+            state_path=tmp_path / "b",
+            branch_from=tmp_path / f"at{branch}",
+            **common,
+        )
     )
     a, b = (
         load_file(tmp_path / "whole" / "model.safetensors"),
@@ -114,9 +122,11 @@ def test_a_decay_branched_from_the_stable_run_is_the_whole_wsd_run(train_tokens,
     other = PretrainConfig(**{**HP, "lr": 2e-2})
     with pytest.raises(ValueError, match="cannot branch from"):
         pretrain_run(
-            budget=budget,
-            out_dir=tmp_path / "bad",
-            state_path=tmp_path / "bad-state",
-            branch_from=tmp_path / f"at{branch}",
-            **{**common, "cfg": other},
+            PretrainJob(
+                budget=budget,
+                out=tmp_path / "bad",
+                state_path=tmp_path / "bad-state",
+                branch_from=tmp_path / f"at{branch}",
+                **{**common, "cfg": other},
+            )
         )
