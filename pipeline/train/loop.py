@@ -82,6 +82,7 @@ def lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 TOKEN_KEYS = ("input_ids", "attention_mask", "labels")  # (rows, positions); other keys: per row
+SCORED = "scored_positions"  # a multimodal batch's scored positions, flat, found on the host
 
 
 def _batch_loss(model: torch.nn.Module, head, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -91,13 +92,20 @@ def _batch_loss(model: torch.nn.Module, head, batch: dict[str, torch.Tensor]) ->
     A multimodal batch scores its replies only (the toy LLaVA: ~6% of the positions), so only those
     rows go through the head: 2.0x faster steps than the model's own logits on the toy
     (bench/bench_llava_step.py). Text batches keep every row, which keeps the text studies'
-    numbers bit for bit.
+    numbers bit for bit. The scored positions come found on the host (`SCORED`, the loop's batches:
+    no read-back) or are found here.
     """
-    extra = {k: v for k, v in batch.items() if k not in TOKEN_KEYS}
+    extra = {k: v for k, v in batch.items() if k not in (*TOKEN_KEYS, SCORED)}
     labels = batch["labels"]
     if head is not None:  # chunked fused head: the (tokens x vocab) logits never exist
         hidden = body_hidden(head[0], batch["input_ids"], batch.get("attention_mask"), **extra)
-        if extra:
+        if extra and SCORED in batch:
+            flat = batch[SCORED]
+            hidden, labels = (
+                hidden.flatten(0, 1).index_select(0, flat),
+                labels.flatten().index_select(0, flat),
+            )
+        elif extra:
             scored = labels != IGNORE_INDEX
             hidden, labels = hidden[scored], labels[scored]
         return fused_linear_cross_entropy(hidden, head[1], labels)
@@ -255,6 +263,10 @@ class _Batches:
         return _Batch(planned, scored, whole=False)
 
     def _to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The batch on the device; a multimodal one with its scored positions (`_batch_loss`)."""
+        if set(batch) - set(TOKEN_KEYS):
+            flat = np.flatnonzero(batch["labels"].numpy().reshape(-1) != IGNORE_INDEX)
+            batch = batch | {SCORED: torch.from_numpy(flat)}
         if self.pin:
             batch = {k: v.pin_memory() for k, v in batch.items()}
         return {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}

@@ -141,3 +141,37 @@ def test_each_batch_is_loaded_once_a_step_ahead(tiny_model):
 
     train(tiny_model, batch_fn, TrainConfig(steps=4, lr=1e-3, log_every=4), callbacks=[Seen()])
     assert seen == [[0, 1], [0, 1, 2], [0, 1, 2, 3], [0, 1, 2, 3]]
+
+
+def test_a_multimodal_step_finds_its_scored_positions_on_the_host():
+    """A LLaVA batch scores its replies only: the loop finds their positions on the host, so the head
+    takes them without a read-back (boolean indexing would wait), with the same loss and gradients
+    bit for bit; two steps logged once: the loop reads back once."""
+    from pipeline.models.losses import fused_head
+    from pipeline.train.loop import SCORED, _batch_loss, _Batches
+    from pipeline.train.placement import WHOLE
+    from tests.multimodal.test_llava import _batch, build_llava, causal_lm, resize_rows, tiny_tower
+
+    lm = causal_lm("olmo2", 100, tied=False)
+    resize_rows(lm, 101)
+    llava = build_llava(lm, tiny_tower(), 100, projector_seed=0).train()
+    batch = _batch(llava, 100)
+    batch["labels"][:, :-3] = IGNORE_INDEX
+    head = fused_head(llava)
+    planned = _Batches(lambda step: batch, None, WHOLE, torch.device("cpu")).take(0).parts[0][0]
+    assert SCORED in planned
+
+    def loss_and_grads(b):
+        llava.zero_grad()
+        loss = _batch_loss(llava, head, b)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in llava.parameters() if p.grad is not None]
+
+    (got, got_g), (want, want_g) = loss_and_grads(planned), loss_and_grads(batch)
+    assert torch.equal(got, want) and all(torch.equal(a, b) for a, b in zip(got_g, want_g, strict=True))
+
+    with Reads() as reads, ToList(reads.sites):
+        train(llava, lambda step: batch, TrainConfig(steps=2, lr=1e-3, log_every=2))
+    # transformers' LLaVA forward checks its image tokens against the features (its own reads, in
+    # body_hidden); the loop adds only the losses' read-back
+    assert [s for s in reads.sites if s[0] == "loop.py"] == [("loop.py", "_report")]
