@@ -167,7 +167,7 @@ def _pretrain(args: dict, kill_when: Path | None = None, script: str = RUN) -> i
     while not kill_when.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.002)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    proc.communicate()
     return proc.returncode
 
 
