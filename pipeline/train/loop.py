@@ -322,7 +322,7 @@ def train(
     saver = resume.Saver(placement.ranks)
     result = loop.result
     pending: list[torch.Tensor] = []
-    t0 = saved_at = time.perf_counter()
+    t0 = time.perf_counter()
     tokens_since, step0 = 0, result.steps_done
     for step in range(result.steps_done, cfg.steps):
         batch = batches.take(step)
@@ -348,13 +348,8 @@ def train(
             )
             if result.diverged:
                 break
-            due = (
-                cfg.checkpoint_seconds is not None
-                and time.perf_counter() - saved_at >= cfg.checkpoint_seconds
-            )
-            if state_path and not last and (checkpoint or due):
+            if state_path and not last and (checkpoint or saver.due(cfg.checkpoint_seconds)):
                 saver.save(state_path, model, optimizer, loop.state(result.seconds + elapsed))
-                saved_at = time.perf_counter()
             saver.poll()
         for callback in callbacks:
             callback.step_end(loop)

@@ -10,6 +10,7 @@ mid-swap leaves `<path>.old`, which `load_state` reads).
 from __future__ import annotations
 
 import shutil
+import time
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,14 +60,34 @@ class Saver:
     before the swap leaves the last complete state at `path`; the next save clears the partial one.
 
     In a sharded job the writer thread's collectives go through a process group of their own (gloo),
-    so they never interleave with the training step's (as torchtitan does).
+    so they never interleave with the training step's (as torchtitan does), and the ranks agree on
+    when a time cadence is due through another (`due`).
     """
 
     def __init__(self, ranks: Ranks, background: bool = True):
         self.ranks = ranks
         self.background = background
-        self.group = None  # a sharded job's writer group, made at the first save (every rank saves alike)
+        self.groups = None  # a sharded job's (writer, clock) groups, made where every rank first needs them
         self.pending: tuple[object, Path] | None = None  # (the write's future, its path)
+        self.saved_at = time.perf_counter()
+
+    def _group(self, which: int):
+        if self.groups is None:
+            self.groups = (dist.new_group(backend="gloo"), dist.new_group(backend="gloo"))
+        return self.groups[which]
+
+    def due(self, seconds: float | None) -> bool:
+        """Whether `seconds` have passed since the last save (or the start) on any rank's clock: every
+        rank gets the same answer (in a sharded job a one-number all-reduce on the host, no wait for
+        the device); a collective, called by every rank at the same step. None: never."""
+        if seconds is None:
+            return False
+        late = time.perf_counter() - self.saved_at >= seconds
+        if not dist.is_initialized():
+            return late
+        flag = torch.tensor([int(late)])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group(1))
+        return bool(flag[0])
 
     def save(
         self, path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, extra: dict
@@ -86,10 +107,10 @@ class Saver:
         self.ranks.barrier()
         model_sd, optim_sd = get_state_dict(model, optimizer if optimizer is not None else [])
         state, single = {"model": model_sd, "optim": optim_sd}, not dist.is_initialized()
+        self.saved_at = time.perf_counter()
         if self.background:
-            if self.group is None and not single:
-                self.group = dist.new_group(backend="gloo")
-            future = dcp.async_save(state, checkpoint_id=tmp, process_group=self.group, no_dist=single)
+            group = None if single else self._group(0)
+            future = dcp.async_save(state, checkpoint_id=tmp, process_group=group, no_dist=single)
             self.pending = (future, path)
             return
         dcp.save(state, checkpoint_id=tmp, no_dist=single)
