@@ -97,16 +97,17 @@ import numpy as np
 import pipeline.train.pretrain as pretrain
 from pipeline.data.token_shards import ShardSet
 from pipeline.train.config import PretrainConfig
+from pipeline.train.pretrain_job import PretrainJob
 shard, tok_dir, out, steps, reader = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 if reader == "memmap":
     pretrain.open_tokens = lambda path, shards: np.memmap(shards.paths[0], dtype=shards.dtype, mode="r")
 torch.set_num_threads(1)
 hp = dict(seq_len=128, batch_size=16, lr=1e-2, betas=[0.9, 0.95], weight_decay=0.1, warmup_fraction=0.1)
-pretrain.pretrain_run(
+pretrain.pretrain_run(PretrainJob(
     train_tokens=None, token_shards=ShardSet((shard,), "uint16"), tokenizer_path=tok_dir, preset="tiny",
-    budget=steps * 16 * 128, seed=0, cfg=PretrainConfig(**hp), out_dir=out + "/run",
+    budget=steps * 16 * 128, seed=0, cfg=PretrainConfig(**hp), out=out + "/run",
     state_path=out + "/state",
-)
+))
 file_mb = int(next(x for x in open('/proc/self/status') if x.startswith('RssFile')).split()[1]) / 1024
 print(json.dumps({{"maxrss_mb": {PEAK}, "rss_file_mb": file_mb}}))
 """

@@ -148,6 +148,18 @@ def random_batches(vocab: int, batch: int, seq_len: int):
     return batch_fn
 
 
+def step_clock(device: torch.device, stamps: list[float]):
+    """A training-loop callback that appends the time after each step (the device synchronised)."""
+    from pipeline.train.loop import Callback
+
+    class Clock(Callback):
+        def step_end(self, loop) -> None:
+            sync(device)
+            stamps.append(time.perf_counter())
+
+    return Clock()
+
+
 def run_ours(args, device: torch.device, model: torch.nn.Module | None = None) -> dict:
     """The pipeline's loop (fused head, fused AdamW), bf16-mixed: tokens/s after warm-up, peak memory."""
     from pipeline.models.build import count_parameters
@@ -159,15 +171,9 @@ def run_ours(args, device: torch.device, model: torch.nn.Module | None = None) -
     model = fresh_model(args.model, device) if model is None else model
     reset_peak(device)
     stamps: list[float] = []
-
-    def on_step_end(step: int) -> None:
-        sync(device)
-        stamps.append(time.perf_counter())
-
     cfg = TrainConfig(steps=args.steps, lr=1e-4, precision=args.precision, log_every=args.steps)
-    train(
-        model, random_batches(model.config.vocab_size, args.batch, args.seq_len), cfg, on_step_end=on_step_end
-    )
+    batch_fn = random_batches(model.config.vocab_size, args.batch, args.seq_len)
+    train(model, batch_fn, cfg, callbacks=[step_clock(device, stamps)])
     timed = stamps[args.warmup - 1 :]
     tokens_s = args.batch * args.seq_len * (len(timed) - 1) / (timed[-1] - timed[0])
     shape = shape_of(model.config)
@@ -654,14 +660,9 @@ def step_vlm(args, device: torch.device) -> dict:
         return {"input_ids": rows[:, :-1], "labels": labels, "pixel_values": pixels}
 
     stamps: list[float] = []
-
-    def on_step_end(step: int) -> None:
-        sync(device)
-        stamps.append(time.perf_counter())
-
     reset_peak(device)
     cfg = TrainConfig(steps=args.steps, lr=1e-5, precision=args.precision, log_every=args.steps)
-    train(model, batch_fn, cfg, on_step_end=on_step_end)
+    train(model, batch_fn, cfg, callbacks=[step_clock(device, stamps)])
     timed = stamps[args.warmup - 1 :]
     tower_params = sum(t.numel() for t in tower.parameters())
     planned = estimate(shape_of(lm.config), 1, args.batch, seq_len, args.precision, True, frozen=tower_params)

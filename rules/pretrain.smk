@@ -77,5 +77,7 @@ rule pretrain_stable_twin:
         **preset_resources("perturb") | {"gpu": 0},  # one model on the host, no training
     params:
         hp=pretrain_params(config),
+        state=lambda wc: study_path(f"pretrain/.resume/{wc.model}-{wc.budget}-s{wc.pretrain_seed}-stable"),
+        device="cpu",  # trains nothing: reads a state, writes a checkpoint
     script:
         "scripts/pretrain_stable_twin.py"

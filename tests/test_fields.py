@@ -35,6 +35,7 @@ def test_roles():
         "activation_checkpointing",
         "compile",
         "checkpoint_every",
+        "checkpoint_seconds",
         "log_every",
         "collective_timeout_s",
     }
@@ -45,6 +46,7 @@ def test_roles():
         "activation_checkpointing",
         "compile",
         "checkpoint_every",
+        "checkpoint_seconds",
         "log_every",
     }
     # the NTK's block size only decides how much memory its gradients take at once

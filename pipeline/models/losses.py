@@ -305,12 +305,16 @@ class FusedHead:
         labels: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
         scored_only: bool = False,
+        scored: torch.Tensor | None = None,
         **inputs: torch.Tensor,
     ) -> torch.Tensor:
         """Mean next-token loss (float32) of a batch (`fused_linear_cross_entropy`); `scored_only`:
-        only the rows whose label is scored go through the head (a multimodal batch: replies only);
+        only the rows whose label is scored go through the head (a multimodal batch: replies only),
+        at the flat positions `scored` where the host found them (no read-back), else found here;
         `inputs`: the model's other inputs (a LLaVA batch's `pixel_values`)."""
-        return as_forward(self.model, self._loss, input_ids, labels, attention_mask, scored_only, inputs)
+        return as_forward(
+            self.model, self._loss, input_ids, labels, attention_mask, scored_only, scored, inputs
+        )
 
     def nll(
         self,
@@ -328,11 +332,16 @@ class FusedHead:
             self.model, self._nll, input_ids, positions, targets, attention_mask, summed, inputs
         )
 
-    def _loss(self, input_ids, labels, attention_mask, scored_only, inputs) -> torch.Tensor:
+    def _loss(self, input_ids, labels, attention_mask, scored_only, scored, inputs) -> torch.Tensor:
         hidden = body_hidden(self.body, input_ids, attention_mask, **inputs)
-        if scored_only:
-            scored = labels != IGNORE_INDEX
-            hidden, labels = hidden[scored], labels[scored]
+        if scored_only and scored is not None:
+            hidden, labels = (
+                hidden.flatten(0, 1).index_select(0, scored),
+                labels.flatten().index_select(0, scored),
+            )
+        elif scored_only:
+            mask = labels != IGNORE_INDEX
+            hidden, labels = hidden[mask], labels[mask]
         mm_dtype = matmul_dtype(hidden)  # before FSDP2's float32 output layer casts its input
 
         def head_loss(h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

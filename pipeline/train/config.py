@@ -54,11 +54,13 @@ WHEN_SET = meta(NUMBERS, when_set=True)  # in the identity only away from its de
 
 LOG_EVERY = 50  # steps between loss log lines (and loss-curve flushes)
 CHECKPOINT_EVERY = 200  # steps between resume states (a killed run resumes from the last one)
+# seconds between resume states, at the next logging step (written in the background: train/resume.py)
+CHECKPOINT_SECONDS = 600.0
 # seconds a rank of a sharded job may wait in a collective (for a dead or hung peer) before the job fails
 COLLECTIVE_TIMEOUT_S = 1800
 
 
-def _cadence(default: int) -> Any:
+def _cadence(default: float | None) -> Any:
     return field(default=default, metadata=EXECUTION)
 
 
@@ -92,6 +94,7 @@ class TrainConfig:
     grad_clip: float | None = 1.0
     precision: str = "fp32"  # one of PRECISIONS (resolved: not null)
     checkpoint_every: int = _cadence(CHECKPOINT_EVERY)
+    checkpoint_seconds: float | None = _cadence(CHECKPOINT_SECONDS)  # null: by steps only
     log_every: int = _cadence(LOG_EVERY)
     decay_steps: int | None = field(default=None, metadata=WHEN_SET)  # schedule wsd: the last steps' decay
     decay_shape: str = field(default="linear", metadata=WHEN_SET)  # schedule wsd: DECAY_SHAPES
@@ -161,6 +164,7 @@ class PretrainConfig:
     # per-layer torch.compile (pipeline/models/compile.py); None: on for CUDA, off elsewhere
     compile: bool | None = field(default=None, metadata=EXECUTION)
     checkpoint_every: int = _cadence(CHECKPOINT_EVERY)
+    checkpoint_seconds: float | None = _cadence(CHECKPOINT_SECONDS)  # null: by steps only
     log_every: int = _cadence(LOG_EVERY)
     schedule: str = field(default="cosine", metadata=WHEN_SET)  # PRETRAIN_SCHEDULES
     decay_fraction: float = field(default=0.2, metadata=WHEN_SET)  # wsd: each budget's last steps' share
@@ -226,6 +230,7 @@ class PretrainConfig:
             grad_clip=self.grad_clip,
             precision=resolve_precision(self.precision, device),
             checkpoint_every=self.checkpoint_every,
+            checkpoint_seconds=self.checkpoint_seconds,
             log_every=self.log_every,
             decay_steps=decay_steps,
             decay_shape=self.decay_shape if decay_steps is not None else "linear",
@@ -292,6 +297,7 @@ class FinetuneConfig:
     # per-layer torch.compile (pipeline/models/compile.py); None: on for CUDA, off elsewhere
     compile: bool | None = field(default=None, metadata=EXECUTION)
     checkpoint_every: int = _cadence(CHECKPOINT_EVERY)
+    checkpoint_seconds: float | None = _cadence(CHECKPOINT_SECONDS)  # null: by steps only
     log_every: int = _cadence(LOG_EVERY)
     collective_timeout_s: int = field(default=COLLECTIVE_TIMEOUT_S, metadata=EXECUTION)
     # what is trained: "all" | "output" | {"modules": [name patterns]} | {"lora": {rank, alpha, ...}}
@@ -350,6 +356,7 @@ class FinetuneConfig:
             grad_clip=self.grad_clip,
             precision=resolve_precision(self.precision, device),
             checkpoint_every=self.checkpoint_every,
+            checkpoint_seconds=self.checkpoint_seconds,
             log_every=self.log_every,
         )
 

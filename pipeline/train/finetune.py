@@ -34,9 +34,9 @@ from pipeline.train.config import FinetuneConfig, resolve_precision
 from pipeline.train.distributed import check_same
 from pipeline.train.evaluators import Trained, evaluators
 from pipeline.train.linearized import linearize
-from pipeline.train.loop import TrainResult, train
+from pipeline.train.loop import Callback, Loop, TrainResult, train
 from pipeline.train.placement import WHOLE, Whole
-from pipeline.train.proximal import ProximalStep, proximal_term
+from pipeline.train.proximal import ProximalStep, ProximalTerm
 
 if TYPE_CHECKING:
     from pipeline.models.checkpoints import CheckpointSpec
@@ -187,25 +187,46 @@ def set_up(job: FinetuneJob, placement: Whole) -> Run:
     )
 
 
-def train_run(run: Run, job: FinetuneJob, placement: Whole) -> tuple[TrainResult, BestEpoch]:
-    """Train with early stopping over epochs on ID validation (the best epoch kept across a kill)."""
-    cfg, model = run.cfg, run.model
-    boundaries = sorted({s for s in range(run.per_epoch, run.total + 1, run.per_epoch)} | {run.total})
-    best = BestEpoch(job.state_dir, placement.ranks)
+class EpochEnds(Callback):
+    """Early stopping over epochs: at each epoch end (and the run's last step) the model on ID
+    validation, the best epoch kept across a kill (`BestEpoch`)."""
 
-    def at_epoch_end(step: int) -> None:
-        if step not in boundaries:
+    def __init__(self, run: Run, best: BestEpoch, placement: Whole):
+        self.run, self.best, self.placement = run, best, placement
+        self.boundaries = sorted(set(range(run.per_epoch, run.total + 1, run.per_epoch)) | {run.total})
+
+    def step_end(self, loop: Loop) -> None:
+        run, step = self.run, loop.step
+        if step not in self.boundaries:
             return
         with run.compute:
-            val = run.task.evaluate(model, run.evals["validation"], run.tokenizer, cfg)
-        placement.settle(model)
+            val = run.task.evaluate(run.model, run.evals["validation"], run.tokenizer, run.cfg)
+        self.placement.settle(run.model)
         epoch = step / run.per_epoch
         record = {"step": step, "epoch": epoch, "val_loss": val["loss"], "val_ppl": val["ppl"]}
-        best.update(model, record, val["loss"], final=step >= run.total)
+        self.best.update(run.model, record, val["loss"], final=step >= run.total)
         log.info(
             "step %d (epoch %.2f): ID validation loss %.4f ppl %.3f", step, epoch, val["loss"], val["ppl"]
         )
 
+
+def proximal_callbacks(run: Run, job: FinetuneJob, placement: Whole) -> list[Callback]:
+    """How λ pulls θ toward its start (pipeline/train/proximal.py): the coupled term in the loss, or
+    the decoupled / selective step (kept on `run` for the rows); none at λ = 0."""
+    if job.lambda_reg == 0:
+        return []
+    if run.cfg.proximal == "coupled":
+        return [ProximalTerm(run.start, job.lambda_reg)]
+    selective = run.cfg.proximal == "selective"
+    run.proximal = ProximalStep(run.model, run.start, job.lambda_reg, selective, placement.ranks)
+    return [run.proximal]
+
+
+def train_run(run: Run, job: FinetuneJob, placement: Whole) -> tuple[TrainResult, BestEpoch]:
+    """Train with early stopping over epochs on ID validation (the best epoch kept across a kill)."""
+    cfg = run.cfg
+    best = BestEpoch(job.state_dir, placement.ranks)
+    epochs = EpochEnds(run, best, placement)
     log.info(
         "fine-tuning %s on %s (%s: %s, %s proximal term): lr %g, λ %g, seed %d, %d steps (%d per epoch, "
         "evaluations at %s)",
@@ -219,27 +240,17 @@ def train_run(run: Run, job: FinetuneJob, placement: Whole) -> tuple[TrainResult
         job.seed,
         run.total,
         run.per_epoch,
-        boundaries,
+        epochs.boundaries,
     )
-    pulled = job.lambda_reg > 0
-    extra_loss = (
-        proximal_term(model, run.start, job.lambda_reg) if pulled and cfg.proximal == "coupled" else None
-    )
-    if pulled and cfg.proximal != "coupled":
-        run.proximal = ProximalStep(
-            model, run.start, job.lambda_reg, cfg.proximal == "selective", placement.ranks
-        )
     result = train(
-        model,
+        run.model,
         run.batch_fn,
         cfg.train_config(run.total, job.learning_rate, job.device),
         state_path=Path(job.state_dir) / "train",
+        callbacks=[*proximal_callbacks(run, job, placement), epochs],
         stop_after=job.stop_after,
-        extra_loss=extra_loss,
-        on_step_end=at_epoch_end,
         micro_batch_size=cfg.micro_batch_size,
         placement=placement,
-        proximal_step=run.proximal,
     )
     return result, best
 

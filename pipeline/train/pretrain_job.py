@@ -93,26 +93,11 @@ def rule_job(rule: Any) -> PretrainJob:
 
 
 def execute(job: PretrainJob, placement) -> None:
-    """Train the job's run where `placement` puts the model (pipeline.train.pretrain)."""
+    """Train the job's run where `placement` puts the model (pipeline.train.pretrain): a stable
+    segment or a budget."""
     from pipeline.train.pretrain import pretrain_run, stable_run
 
-    common = dict(
-        train_tokens=job.train_tokens,
-        tokenizer_path=job.tokenizer_path,
-        preset=job.preset,
-        seed=job.seed,
-        cfg=job.cfg,
-        state_path=job.state_path,
-        branch_from=job.branch_from,
-        device=job.device,
-        stop_after=job.stop_after,
-        placement=placement,
-        token_shards=job.token_shards,
-    )
-    if job.stable_steps is not None:
-        stable_run(steps=job.stable_steps, out_state=job.out, **common)
-    else:
-        pretrain_run(budget=job.budget, out_dir=job.out, allow_repeat=job.allow_repeat, **common)
+    (stable_run if job.stable_steps is not None else pretrain_run)(job, placement)
 
 
 def run(job: PretrainJob, job_file: str | Path) -> None:

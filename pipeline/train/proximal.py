@@ -1,7 +1,7 @@
 """How λ pulls θ toward θ_pre during fine-tuning (`finetune.methods.<name>.proximal`), after
 "Linearization Explains Fine-Tuning in Large Language Models" (Section 3):
 
-- coupled: the penalty λ‖θ − θ_pre‖² in the loss (`proximal_term`, the main paper's Section 4);
+- coupled: the penalty λ‖θ − θ_pre‖² in the loss (`ProximalTerm`, the main paper's Section 4);
 - decoupled: after each optimizer step θ ← θ − λη(θ − θ_pre), η the step's learning rate (eq. 5);
 - selective: that step only on the tensors whose gradient points away from θ_pre,
   ⟨∇L(θ), θ − θ_pre⟩ ≥ 0, measured before the optimizer step (eq. 8), per parameter tensor.
@@ -18,23 +18,32 @@ import torch
 
 from pipeline.ranks import SINGLE, Ranks
 from pipeline.train.distributed import local
+from pipeline.train.loop import Callback, Loop
 
 
-def proximal_term(model: torch.nn.Module, reference: Mapping[str, torch.Tensor], lam: float):
-    """λ‖θ − θ_ref‖² over all trainable parameters (a callable for `train(extra_loss=...)`); in a
+class ProximalTerm(Callback):
+    """The coupled penalty λ‖θ − θ_ref‖² over all trainable parameters, added to the loss; in a
     sharded run over this rank's shards (`reference` holds them), whose gradients it alone adds."""
 
-    def term(m: torch.nn.Module) -> torch.Tensor:
-        diffs = [(local(p) - reference[n]).pow(2).sum() for n, p in m.named_parameters() if p.requires_grad]
-        return lam * torch.stack(diffs).sum()
+    def __init__(self, reference: Mapping[str, torch.Tensor], lam: float):
+        self.reference, self.lam = reference, lam
 
-    return term
+    def extra_loss(self, model: torch.nn.Module) -> torch.Tensor:
+        diffs = [
+            (local(p) - self.reference[n]).pow(2).sum()
+            for n, p in model.named_parameters()
+            if p.requires_grad
+        ]
+        return self.lam * torch.stack(diffs).sum()
 
 
-class ProximalStep:
-    """The decoupled (eq. 5) or selective (eq. 8) step toward θ_pre, for `train(proximal_step=...)`:
-    the loop calls `before_step()` with the gradients in place and `after_step(lr)` after the
-    optimizer's step."""
+class ProximalStep(Callback):
+    """The decoupled (eq. 5) or selective (eq. 8) step toward θ_pre around each optimizer step.
+
+    The selective test and the step stay on the device (no read-back to the host, no float64
+    copies): each tensor's ⟨∇L, θ − θ_pre⟩ in its own dtype, and the step multiplied by 0 where the
+    test fails. The share of tensors pulled back per step is read at the end (`fraction_applied`).
+    """
 
     def __init__(
         self,
@@ -46,29 +55,42 @@ class ProximalStep:
     ):
         self.pairs = [(p, reference[n]) for n, p in model.named_parameters() if p.requires_grad]
         self.lam, self.selective, self.ranks = lam, selective, ranks
-        self.applied: torch.Tensor | None = None  # which tensors the last step pulled back
-        self.fraction_applied: list[float] = []  # per step: the share of tensors pulled back
+        self.applied: torch.Tensor | None = (
+            None  # which tensors the last step pulls back (bool, on the device)
+        )
+        self.counts: list[torch.Tensor] = []  # per step: how many tensors were pulled back
+
+    @property
+    def fraction_applied(self) -> list[float]:
+        """Per step: the share of tensors pulled back."""
+        n = len(self.pairs)
+        return [k / max(n, 1) for k in torch.stack(self.counts).tolist()] if self.counts else []
 
     @torch.no_grad()
-    def before_step(self) -> None:
+    def before_step(self, loop: Loop | None = None) -> None:
         if not self.selective:
             return
         dots = torch.stack(
             [
-                (local(p.grad).double() * (local(p).double() - ref.double())).sum()
+                torch.vdot(local(p.grad).flatten(), (local(p) - ref).flatten()).float()
                 if p.grad is not None
-                else torch.zeros((), dtype=torch.float64, device=ref.device)
+                else torch.zeros((), device=ref.device)
                 for p, ref in self.pairs
             ]
         )
         self.applied = self.ranks.all_sum(dots) >= 0
 
     @torch.no_grad()
-    def after_step(self, lr: float) -> None:
-        scale = self.lam * lr
-        mask = self.applied.tolist() if self.applied is not None else [True] * len(self.pairs)
-        for (p, ref), on in zip(self.pairs, mask, strict=True):
-            if on:
+    def after_step(self, loop: Loop | float) -> None:
+        """The step with the learning rate of the step just taken (`loop.lr`, or the rate itself)."""
+        scale = self.lam * (loop if isinstance(loop, float) else loop.lr)
+        if self.applied is None:
+            for p, ref in self.pairs:
                 mine = local(p)
                 mine.sub_(scale * (mine - ref.to(mine.dtype)))
-        self.fraction_applied.append(sum(mask) / max(len(mask), 1))
+            self.counts.append(torch.tensor(len(self.pairs)))
+            return
+        for (p, ref), on in zip(self.pairs, self.applied, strict=True):
+            mine = local(p)
+            mine.sub_((scale * (mine - ref.to(mine.dtype))).mul_(on))  # x 1 exactly, or x 0
+        self.counts.append(self.applied.sum())

@@ -49,8 +49,9 @@ def twin_step(config: dict, budget: int) -> int:
 
 
 def twin_inputs(config: dict, model: str, seed: str, budget: int) -> dict[str, str]:
-    """Rule pretrain_stable_twin's input: the stable state at the budget's last step."""
-    return {"state": stable_state(config, model, seed, twin_step(config, budget))}
+    """Rule pretrain_stable_twin's input: the stable state at the budget's last step (the job record's
+    branch point)."""
+    return {"branch": stable_state(config, model, seed, twin_step(config, budget))}
 
 
 def stable_state(config: dict, model: str, seed: int | str, step: int) -> str:

@@ -62,6 +62,7 @@ def test_the_studys_split_reads_as_numpy_loads_it(tokens, tmp_path):
 def test_pretraining_on_shards_is_pretraining_on_the_split(tokens, tokenizer_dir, tmp_path):
     from pipeline.train.config import PretrainConfig
     from pipeline.train.pretrain import pretrain_run
+    from pipeline.train.pretrain_job import PretrainJob
 
     torch.set_num_threads(1)
     np.save(tmp_path / "train.npy", tokens)
@@ -71,10 +72,14 @@ def test_pretraining_on_shards_is_pretraining_on_the_split(tokens, tokenizer_dir
         tokenizer_path=tokenizer_dir, preset="tiny", budget=20 * 4 * 32, seed=0, cfg=PretrainConfig(**hp)
     )
     pretrain_run(
-        train_tokens=tmp_path / "train.npy", out_dir=tmp_path / "a", state_path=tmp_path / "sa", **common
+        PretrainJob(
+            train_tokens=tmp_path / "train.npy", out=tmp_path / "a", state_path=tmp_path / "sa", **common
+        )
     )
     pretrain_run(
-        train_tokens=None, token_shards=shards, out_dir=tmp_path / "b", state_path=tmp_path / "sb", **common
+        PretrainJob(
+            train_tokens=None, token_shards=shards, out=tmp_path / "b", state_path=tmp_path / "sb", **common
+        )
     )
     a, b = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)

@@ -95,6 +95,7 @@ def test_a_mup_pretraining_run_saves_a_plain_checkpoint_with_mup_init_stds(
     from pipeline.data.tokenizer import token_stream
     from pipeline.train.config import PretrainConfig
     from pipeline.train.pretrain import pretrain_run
+    from pipeline.train.pretrain_job import PretrainJob
 
     torch.set_num_threads(1)
     tokens = tmp_path / "train.npy"
@@ -102,7 +103,9 @@ def test_a_mup_pretraining_run_saves_a_plain_checkpoint_with_mup_init_stds(
     hp = dict(seq_len=32, batch_size=4, lr=3e-4, betas=[0.9, 0.95], weight_decay=0.1, warmup_fraction=0.1)
     cfg = PretrainConfig(**hp, parameterization="mup")
     common = dict(train_tokens=tokens, tokenizer_path=tokenizer_dir, budget=3 * 4 * 32, seed=0, cfg=cfg)
-    summary = pretrain_run(preset="olmo-30m", out_dir=tmp_path / "out", state_path=tmp_path / "s", **common)
+    summary = pretrain_run(
+        PretrainJob(preset="olmo-30m", out=tmp_path / "out", state_path=tmp_path / "s", **common)
+    )
     assert summary["parameterization"] == "mup" and summary["hyperparameters"]["mup_width_mult"] == 2.0
     stds = json.loads((tmp_path / "out" / "init_std.json").read_text())
     assert stds["lm_head.weight"] == pytest.approx(0.01, rel=0.02)
@@ -113,4 +116,4 @@ def test_a_mup_pretraining_run_saves_a_plain_checkpoint_with_mup_init_stds(
     with pytest.raises(
         ValueError, match="pretrain.parameterization: mup needs a base width, and preset 'tiny' has none"
     ):
-        pretrain_run(preset="tiny", out_dir=tmp_path / "tiny", state_path=tmp_path / "t", **common)
+        pretrain_run(PretrainJob(preset="tiny", out=tmp_path / "tiny", state_path=tmp_path / "t", **common))

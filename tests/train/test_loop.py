@@ -19,6 +19,7 @@ from pipeline.data.batches import ChunkSampler
 from pipeline.data.tokenizer import token_stream
 from pipeline.train.config import PretrainConfig, TrainConfig, steps_for_budget
 from pipeline.train.loop import make_optimizer, make_schedule, train
+from pipeline.train.pretrain_job import PretrainJob
 
 HP = dict(
     seq_len=32,
@@ -124,15 +125,39 @@ RUN = textwrap.dedent(
     torch.set_num_threads(1)
     from pipeline.train.config import PretrainConfig
     from pipeline.train.pretrain import pretrain_run
+    from pipeline.train.pretrain_job import PretrainJob
     args = json.loads(sys.argv[1])
-    pretrain_run(cfg=PretrainConfig(**args.pop("hp")), **args)
+    pretrain_run(PretrainJob(cfg=PretrainConfig(**args.pop("hp")), **args))
     """
 )
 
 
-def _pretrain(args: dict, kill_when: Path | None = None) -> int:
+# RUN, its second resume state's write hanging in the background writer (DCP's thread): the file
+# named by argv[2] appears once that write is under way, while training goes on
+HANGING_WRITE = (
+    textwrap.dedent(
+        """
+    import pathlib, sys, time
+    import torch.distributed.checkpoint.filesystem as fs
+    write, writes = fs.FileSystemWriter.write_data, []
+    def hanging(self, plan, planner):
+        writes.append(1)
+        if len(writes) == 2:
+            pathlib.Path(sys.argv[2]).touch()
+            time.sleep(600)
+        return write(self, plan, planner)
+    fs.FileSystemWriter.write_data = hanging
+    """
+    )
+    + RUN
+)
+
+
+def _pretrain(args: dict, kill_when: Path | None = None, script: str = RUN) -> int:
     proc = subprocess.Popen(
-        [sys.executable, "-c", RUN, json.dumps(args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [sys.executable, "-c", script, json.dumps(args), str(kill_when)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     if kill_when is None:
         _, err = proc.communicate(timeout=300)
@@ -142,7 +167,7 @@ def _pretrain(args: dict, kill_when: Path | None = None) -> int:
     while not kill_when.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.002)
     os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    proc.communicate()
     return proc.returncode
 
 
@@ -158,14 +183,14 @@ def test_killed_pretraining_resumes_with_the_same_numbers(train_tokens, tokenize
         hp=hp,
         allow_repeat=True,  # a short split: this test is about resuming
     )
-    _pretrain({**common, "out_dir": str(tmp_path / "straight"), "state_path": str(tmp_path / "s1.pt")})
+    _pretrain({**common, "out": str(tmp_path / "straight"), "state_path": str(tmp_path / "s1.pt")})
 
     state = tmp_path / "s2.pt"
     out = tmp_path / "resumed"
-    rc = _pretrain({**common, "out_dir": str(out), "state_path": str(state)}, kill_when=state)
+    rc = _pretrain({**common, "out": str(out), "state_path": str(state)}, kill_when=state)
     assert rc == -signal.SIGKILL
     assert state.exists() and not out.exists(), "a killed run must leave no output that looks complete"
-    _pretrain({**common, "out_dir": str(out), "state_path": str(state)})
+    _pretrain({**common, "out": str(out), "state_path": str(state)})
     summary = json.loads((out / "summary.json").read_text())
     assert summary["resumed_from_step"] >= 20
     assert not state.exists()
@@ -183,6 +208,45 @@ def test_killed_pretraining_resumes_with_the_same_numbers(train_tokens, tokenize
     )
 
 
+def test_a_job_killed_while_its_state_is_written_in_the_background_resumes_bit_for_bit(
+    train_tokens, tokenizer_dir, tmp_path
+):
+    """States on the time cadence (checkpoint_seconds 0: at every logging step), written by DCP's
+    background thread while training goes on: SIGKILL while the second is half written (its writer
+    held mid-write). The last complete state is the first one, the partial one is beside it and not
+    read; the rerun resumes from the first and ends with the uninterrupted run's weights and curve."""
+    hp = {**HP, "checkpoint_every": 10**6, "checkpoint_seconds": 0, "log_every": 20}
+    common = dict(
+        train_tokens=str(train_tokens),
+        tokenizer_path=str(tokenizer_dir),
+        preset="tiny",
+        budget=100 * 4 * 32,
+        seed=0,
+        hp=hp,
+        allow_repeat=True,
+    )
+    _pretrain({**common, "out": str(tmp_path / "straight"), "state_path": str(tmp_path / "s1")})
+
+    state, out, writing = tmp_path / "s2", tmp_path / "resumed", tmp_path / "writing"
+    args = {**common, "out": str(out), "state_path": str(state)}
+    assert _pretrain(args, kill_when=writing, script=HANGING_WRITE) == -signal.SIGKILL
+    assert writing.exists() and not out.exists()
+    assert torch.load(state / "extra.pt", weights_only=False)["step"] == 20  # the first state, complete
+    partial = tmp_path / "s2.tmp"
+    assert partial.is_dir() and not (partial / ".metadata").exists()  # the second, never swapped in
+    _pretrain(args)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resumed_from_step"] == 20
+    assert not state.exists() and not partial.exists()
+
+    a, b = load_file(tmp_path / "straight" / "model.safetensors"), load_file(out / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(tmp_path / "straight" / "loss_curve.parquet"),
+        pd.read_parquet(out / "loss_curve.parquet"),
+    )
+
+
 def test_a_budget_beyond_the_training_split_stops_before_any_step(train_tokens, tokenizer_dir, tmp_path):
     """More tokens than the split holds would repeat data: the run stops before training, naming the
     budget and the split's size, unless pretrain.allow_repeat; then summary.json records epochs > 1."""
@@ -195,10 +259,10 @@ def test_a_budget_beyond_the_training_split_stops_before_any_step(train_tokens, 
     )
     cfg = PretrainConfig(**{**HP, "lr": 1e-3})
     with pytest.raises(ValueError, match=rf"pretrain.budgets: budget {budget:,} .*{available:,} tokens"):
-        pretrain_run(cfg=cfg, out_dir=tmp_path / "out", state_path=tmp_path / "s.pt", **common)
+        pretrain_run(PretrainJob(cfg=cfg, out=tmp_path / "out", state_path=tmp_path / "s.pt", **common))
     assert not (tmp_path / "out").exists() and not (tmp_path / "s.pt").exists()  # nothing was trained
     summary = pretrain_run(
-        cfg=cfg, out_dir=tmp_path / "out", state_path=tmp_path / "s.pt", allow_repeat=True, **common
+        PretrainJob(cfg=cfg, out=tmp_path / "out", state_path=tmp_path / "s.pt", allow_repeat=True, **common)
     )
     assert summary["epochs"] > 1 and summary["seed"] == 0
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["epochs"] == summary["epochs"]

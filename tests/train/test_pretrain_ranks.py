@@ -65,7 +65,10 @@ def assert_same_run(a, b, tokens) -> None:
 def test_two_ranks_killed_and_resumed_match_one_process(train_tokens, tokenizer_dir, tmp_path):
     one = job(train_tokens, tokenizer_dir, tmp_path, "one")
     run(one, tmp_path / "one.json")
-    two = job(train_tokens, tokenizer_dir, tmp_path, "two", ranks=2, stop_after=20)
+    # its states on the time cadence (every logging step: the ranks agree through Saver.due), each
+    # written in the background on the ranks' own writer group
+    timed = dataclasses.replace(CFG, checkpoint_every=10**6, checkpoint_seconds=0, log_every=5)
+    two = job(train_tokens, tokenizer_dir, tmp_path, "two", cfg=timed, ranks=2, stop_after=20)
     run(two, tmp_path / "kill.json")
     state = tmp_path / "two-state"
     assert (state / ".metadata").is_file() and not (tmp_path / "two").exists()  # stopped as if killed

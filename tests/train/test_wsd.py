@@ -73,28 +73,36 @@ def test_a_decay_branched_from_the_stable_run_is_the_whole_wsd_run(train_tokens,
     """Stable run to step 12, then to the branch step 30 from there (two DAG edges), then the
     budget's decay from that state: weights, loss curve and init stds equal those of one WSD run."""
     from pipeline.train.pretrain import pretrain_run, stable_run
+    from pipeline.train.pretrain_job import PretrainJob
 
     torch.set_num_threads(1)
     cfg = PretrainConfig(**HP)
     budget = 40 * 4 * 32
     branch = cfg.branch_step(budget)
     common = dict(train_tokens=train_tokens, tokenizer_path=tokenizer_dir, preset="tiny", seed=0, cfg=cfg)
-    whole = pretrain_run(budget=budget, out_dir=tmp_path / "whole", state_path=tmp_path / "w", **common)
+    whole = pretrain_run(
+        PretrainJob(budget=budget, out=tmp_path / "whole", state_path=tmp_path / "w", **common)
+    )
 
-    assert stable_run(steps=12, out_state=tmp_path / "at12", state_path=tmp_path / "s12", **common) == 12
+    segment = PretrainJob(stable_steps=12, out=tmp_path / "at12", state_path=tmp_path / "s12", **common)
+    assert stable_run(segment) == 12
     stable_run(
-        steps=branch,
-        out_state=tmp_path / f"at{branch}",
-        state_path=tmp_path / "s30",
-        branch_from=tmp_path / "at12",
-        **common,
+        PretrainJob(
+            stable_steps=branch,
+            out=tmp_path / f"at{branch}",
+            state_path=tmp_path / "s30",
+            branch_from=tmp_path / "at12",
+            **common,
+        )
     )
     decay = pretrain_run(
-        budget=budget,
-        out_dir=tmp_path / "branched",
-        state_path=tmp_path / "b",
-        branch_from=tmp_path / f"at{branch}",
-        **common,
+        PretrainJob(
+            budget=budget,
+            out=tmp_path / "branched",
+            state_path=tmp_path / "b",
+            branch_from=tmp_path / f"at{branch}",
+            **common,
+        )
     )
     a, b = (
         load_file(tmp_path / "whole" / "model.safetensors"),
@@ -114,11 +122,13 @@ def test_a_decay_branched_from_the_stable_run_is_the_whole_wsd_run(train_tokens,
     other = PretrainConfig(**{**HP, "lr": 2e-2})
     with pytest.raises(ValueError, match="cannot branch from"):
         pretrain_run(
-            budget=budget,
-            out_dir=tmp_path / "bad",
-            state_path=tmp_path / "bad-state",
-            branch_from=tmp_path / f"at{branch}",
-            **{**common, "cfg": other},
+            PretrainJob(
+                budget=budget,
+                out=tmp_path / "bad",
+                state_path=tmp_path / "bad-state",
+                branch_from=tmp_path / f"at{branch}",
+                **{**common, "cfg": other},
+            )
         )
 
 
@@ -128,29 +138,34 @@ def test_a_stable_twin_holds_the_stable_run_at_the_budget_tokens(train_tokens, t
     the decayed branch at the same tokens, and a state at another step is refused."""
     from pipeline.train import resume
     from pipeline.train.pretrain import pretrain_run, set_up, stable_run, stable_twin
+    from pipeline.train.pretrain_job import PretrainJob
 
     torch.set_num_threads(1)
     cfg = PretrainConfig(**HP)
     budget = 40 * 4 * 32
     steps, branch = steps_for_budget(budget, 4, 32), cfg.branch_step(budget)
     common = dict(train_tokens=train_tokens, tokenizer_path=tokenizer_dir, preset="tiny", seed=0, cfg=cfg)
-    stable_run(steps=branch, out_state=tmp_path / "at-branch", state_path=tmp_path / "s1", **common)
+    at_branch, at_budget = tmp_path / "at-branch", tmp_path / "at-budget"
+    stable_run(PretrainJob(stable_steps=branch, out=at_branch, state_path=tmp_path / "s1", **common))
     stable_run(
-        steps=steps,
-        out_state=tmp_path / "at-budget",
-        state_path=tmp_path / "s2",
-        branch_from=tmp_path / "at-branch",
-        **common,
+        PretrainJob(
+            stable_steps=steps, out=at_budget, state_path=tmp_path / "s2", branch_from=at_branch, **common
+        )
     )
     decayed = pretrain_run(
-        budget=budget,
-        out_dir=tmp_path / "decayed",
-        state_path=tmp_path / "d",
-        branch_from=tmp_path / "at-branch",
-        **common,
+        PretrainJob(
+            budget=budget,
+            out=tmp_path / "decayed",
+            state_path=tmp_path / "d",
+            branch_from=at_branch,
+            **common,
+        )
     )
-    twin = stable_twin(budget=budget, state=tmp_path / "at-budget", out_dir=tmp_path / "twin", **common)
 
+    def twin_job(state, out):
+        return PretrainJob(budget=budget, out=out, state_path=tmp_path / "t", branch_from=state, **common)
+
+    twin = stable_twin(twin_job(at_budget, tmp_path / "twin"))
     assert twin["tokens_trained"] == decayed["tokens_trained"] == steps * 4 * 32  # equal tokens
     assert twin["phase"] == "stable" and twin["steps"] == steps
     curve = pd.read_parquet(tmp_path / "twin" / "loss_curve.parquet")
@@ -160,8 +175,8 @@ def test_a_stable_twin_holds_the_stable_run_at_the_budget_tokens(train_tokens, t
         load_file(tmp_path / "decayed" / "model.safetensors"),
     )
     assert a.keys() == b.keys() and not all(torch.equal(a[k], b[k]) for k in a)
-    run = set_up(device="cpu", **common)  # the stable run's own weights at that step
-    resume.load_state(tmp_path / "at-budget", run.model, None)
+    run = set_up(twin_job(at_budget, tmp_path / "unused"))  # the stable run's own weights at that step
+    resume.load_state(at_budget, run.model, None)
     state = {k: v for k, v in run.model.state_dict().items() if k in a}
     assert state.keys() == a.keys() and all(torch.equal(state[k], a[k]) for k in a)
     for name in ("init_std.json", "config.json", "tokenizer.json"):
@@ -169,5 +184,5 @@ def test_a_stable_twin_holds_the_stable_run_at_the_budget_tokens(train_tokens, t
     with pytest.raises(
         ValueError, match=rf"expected the stable run's state at step {steps} .*found step {branch}"
     ):
-        stable_twin(budget=budget, state=tmp_path / "at-branch", out_dir=tmp_path / "bad", **common)
+        stable_twin(twin_job(at_branch, tmp_path / "bad"))
     assert not (tmp_path / "bad").exists()

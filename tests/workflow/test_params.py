@@ -95,7 +95,7 @@ def test_enums_are_the_modules():
 def test_execution_fields_have_one_default():
     """log_every / checkpoint_every: the same default in every run config (they disagreed once);
     they and activation checkpointing change no number, so they are not params."""
-    for name in ("log_every", "checkpoint_every"):
+    for name in ("log_every", "checkpoint_every", "checkpoint_seconds"):
         assert (
             len(
                 {
@@ -108,6 +108,7 @@ def test_execution_fields_have_one_default():
     assert UNNUMBERED == {
         "log_every",
         "checkpoint_every",
+        "checkpoint_seconds",
         "activation_checkpointing",
         "compile",
         "threads",

@@ -61,7 +61,7 @@ def test_stable_twins_cut_the_stable_run_at_each_budgets_last_step_too():
     def stable(step):
         return layout.study_path("wsd-test", layout.PRETRAIN_STABLE, model="tiny", pretrain_seed=0, step=step)
 
-    assert twin_inputs(cfg, "tiny", "0", 65536) == {"state": stable(128)}
+    assert twin_inputs(cfg, "tiny", "0", 65536) == {"branch": stable(128)}
     assert stable_inputs(cfg, "tiny", "0", 102) == {"branch": stable(32)}  # the chain runs through the twins
     assert decay_inputs(cfg, "tiny", "0", 65536) == {"branch": stable(102)}
     assert sweep_steps(cfg)["wsd"] == 512 + 6 + 26 + 102
