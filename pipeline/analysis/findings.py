@@ -104,7 +104,7 @@ def budget_coverage(claim: Claim, tables: StudyTables) -> str:
         return ""
     planned = set(pd.read_parquet(plan, columns=["budget"])["budget"])
     held = set(planned)
-    for rel in claim.tables:
+    for rel in (t for t in claim.tables if t.endswith(".parquet")):  # not the VLM data's JSON
         if tables.has(rel) and "budget" in (table := tables.table(rel)).columns:
             held &= set(table["budget"].dropna())
     return f"{len(held)} of {len(planned)} budgets" if len(held) < len(planned) else ""

@@ -101,9 +101,7 @@ def sweep_checkpoints(
                 at = dict(model=p, budget=b, pretrain_seed=s)
                 name = sweep_name(p, b, s)
                 path = study_path(study, PRETRAIN_RUN, **at)
-                specs.append(
-                    CheckpointSpec(name, "sweep", p, int(b), path, pretrain_seed=int(s), phase="decayed")
-                )
+                specs.append(CheckpointSpec(name, "sweep", p, int(b), path, pretrain_seed=int(s)))
                 if stable_twins:
                     path = study_path(study, PRETRAIN_STABLE_TWIN, **at)
                     twin = name + STABLE_SUFFIX

@@ -149,6 +149,7 @@ class PretrainConfig:
         "ranks": "processes per job, resources.ranks (FSDP2; changes no number beyond float rounding)",
         "token_shards": "pre-tokenized training data: rule pretrain's inputs (pipeline/data/token_shards.py)",
         "text_files": "text to tokenize into shards: rule tokenize_shard's, then pretrain's inputs",
+        "stable_twins": "WSD: which checkpoints the sweep has (rule pretrain_stable_twin), not a run's",
     }
 
     seq_len: int

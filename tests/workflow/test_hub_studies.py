@@ -35,7 +35,7 @@ def test_duplicate_weights_stop_the_study_before_any_job(tmp_path):
         digest = file_sha256(tmp_path / "step1000-tokens4M" / "model.safetensors")
         assert f"{MODEL}@step1000-tokens4M" in text and f"{MODEL}@step3000-tokens12M" in text, text[-3000:]
         assert digest in text and "identical weights" in text
-        assert "Finished job" not in text and "rule perturb:" not in text  # no job started
+        assert "Finished job" not in text and "rule evaluate:" not in text  # no job started
         written = [p for p in (ROOT / "results" / study).rglob("*") if p.is_file()]
         assert written == [], written
     finally:
@@ -44,7 +44,9 @@ def test_duplicate_weights_stop_the_study_before_any_job(tmp_path):
 
 def test_polypythia_study_plans_every_seed_at_every_selected_revision():
     """config/polypythia.yaml: 9 seeds x 11 revisions (12 log-spaced targets over 1B-300B, one
-    duplicate dropped) = 99 checkpoints; per checkpoint 1 perturbation job, 2 in-domain base jobs
-    (code, gsm8k) and 2 tasks x 5 learning rates of fine-tuning (one fine-tuning seed)."""
+    duplicate dropped) = 99 checkpoints; per checkpoint 1 evaluation job (perturbation, the
+    in-domain base of code and gsm8k: one model load) and 2 tasks x 5 learning rates of fine-tuning
+    (one fine-tuning seed)."""
     jobs = planned_jobs(ROOT / "config" / "polypythia.yaml")
-    assert (jobs["perturb"], jobs["task_base"], jobs["finetune"]) == (99, 198, 990), jobs
+    assert (jobs["evaluate"], jobs["finetune"]) == (99, 990), jobs
+    assert "perturb" not in jobs and "task_base" not in jobs

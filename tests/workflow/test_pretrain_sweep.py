@@ -53,7 +53,8 @@ def test_stable_twins_cut_the_stable_run_at_each_budgets_last_step_too():
     """pretrain.stable_twins: the stable run is also cut where each budget's tokens end (its twin), the
     decays still branch at their branch steps, and each twin is a checkpoint of its own beside the
     budget's (rows' schedule_phase), left out of the metrics table's checkpoints."""
-    from pipeline.workflow.targets import main_checkpoints, stable_twins
+    from pipeline.workflow.params import checkpoint_params
+    from pipeline.workflow.targets import main_checkpoints, pretrain_dirs, stable_twins
 
     cfg = config(**WSD, **{"pretrain.stable_twins": True})
     assert branch_steps(cfg) == [26, 32, 102, 128, 410, 512]  # branch steps + the budgets' 32 / 128 / 512
@@ -70,6 +71,11 @@ def test_stable_twins_cut_the_stable_run_at_each_budgets_last_step_too():
     assert sorted(twins) == ["tiny-16384-s0-stable", "tiny-262144-s0-stable", "tiny-65536-s0-stable"]
     assert {s.row_fields("x")["schedule_phase"] for s in twins.values()} == {"stable"}
     assert {s.row_fields("x")["schedule_phase"] for s in main_checkpoints(specs).values()} == {"decayed"}
+    # a sweep run's own checkpoint keeps its params (no rerun of studies made before twins existed),
+    # and the pre-training runs (loss curves) are its own, not the twins
+    assert all("phase" not in checkpoint_params(s) for s in main_checkpoints(specs).values())
+    assert {checkpoint_params(s)["phase"] for s in twins.values()} == {"stable"}
+    assert pretrain_dirs(cfg, specs) == [s.path for s in main_checkpoints(specs).values()]
     assert twins["tiny-65536-s0-stable"].path == layout.study_path(
         "wsd-test", layout.PRETRAIN_STABLE_TWIN, model="tiny", pretrain_seed=0, budget=65536
     )
