@@ -103,6 +103,7 @@ def test_a_pretraining_job_with_compile_true_stops_before_any_work(monkeypatch, 
     """The job's first step is the check: no tokenizer, data or model is opened before it fails."""
     from pipeline.train import pretrain
     from pipeline.train.config import PretrainConfig
+    from pipeline.train.pretrain_job import PretrainJob
 
     monkeypatch.setattr(
         compiling, "compile_support", lambda device: "inductor's CPU code needs a C++ compiler"
@@ -112,4 +113,5 @@ def test_a_pretraining_job_with_compile_true_stops_before_any_work(monkeypatch, 
     with pytest.raises(
         ValueError, match=r"pretrain.compile: true, but torch cannot compile for cpu here: .*C\+\+"
     ):
-        pretrain.set_up(missing, missing, "tiny", 0, cfg, "cpu")
+        job = PretrainJob(str(missing), str(missing), "tiny", 0, cfg, str(missing), str(missing), budget=4096)
+        pretrain.set_up(job)
