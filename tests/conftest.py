@@ -20,21 +20,35 @@ from pipeline.models.checkpoints import CheckpointSpec
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ROOT / "data" / "packages"
 # `make test` runs the suite on 2 pytest-xdist workers. Tests that run a whole study share its
-# results/<study> directory (and the session's local smoke study): each study's tests run on one
-# worker, in order; every other test goes to whichever worker is free (`pytest_xdist_make_scheduler`).
+# results/<study> directory: each study's tests run on one worker, in order, and so do the tests of
+# one tests/workflow/ file (module fixtures); every other test goes to whichever worker is free
+# (`pytest_xdist_make_scheduler`). The studies, costliest first (their fixtures' seconds in the last
+# full run): the scheduler hands them out before anything else, so that no long study starts last.
 STUDY_OF_FILE = {
-    "tests/workflow/test_judge_workflow.py": "judge-study",
-    "tests/workflow/test_search_workflow.py": "search-study",
-    "tests/workflow/test_grid_jobs.py": "grid-study",
-    "tests/workflow/test_vlm_workflow.py": "vlm-study",
+    # the session's local smoke study (workflow_utils.local_smoke_study) and the tests that read it
+    "tests/workflow/test_workflow.py": "smoke-study",
+    "tests/workflow/test_report.py": "smoke-study",
+    "tests/workflow/test_slurm.py": "smoke-study",
     "tests/test_gpu_kit.py": "gpu-kit-study",
+    "tests/workflow/test_judge_workflow.py": "judge-study",
+    "tests/workflow/test_grid_jobs.py": "grid-study",
+    "tests/workflow/test_search_workflow.py": "search-study",
+    "tests/workflow/test_vlm_workflow.py": "vlm-study",
 }
+COSTLIEST_FIRST = list(dict.fromkeys(STUDY_OF_FILE.values()))
 
 
-def study_of(nodeid: str) -> str | None:
-    """The study a test runs (its xdist scope), or None for a test of its own."""
+def scope_of(nodeid: str) -> str:
+    """A test's xdist scope: the study it runs, else its tests/workflow/ file, else the test itself."""
     path = nodeid.split("::", 1)[0]
-    return STUDY_OF_FILE.get(path) or ("smoke-study" if path.startswith("tests/workflow/") else None)
+    return STUDY_OF_FILE.get(path) or (path if path.startswith("tests/workflow/") else nodeid)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The studies' tests first, costliest first (longest processing time first: the last test to
+    start is a short one); the order within each study and among the rest is kept."""
+    rank = {scope: i for i, scope in enumerate(COSTLIEST_FIRST)}
+    items.sort(key=lambda item: rank.get(scope_of(item.nodeid), len(rank)))
 
 
 def pytest_xdist_make_scheduler(config, log):
@@ -44,7 +58,7 @@ def pytest_xdist_make_scheduler(config, log):
 
     class ByStudy(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return study_of(nodeid) or nodeid
+            return scope_of(nodeid)
 
     return ByStudy(config, log)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from workflow_utils import HEAVY, in_fresh_process, parse_time_imports
+from workflow_utils import imports_heavy, in_fresh_process, parse_time_imports
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "pipeline"
@@ -109,10 +109,10 @@ def test_function_level_imports_keep_a_light_module_light():
     time, or a launcher) and imports something heavy; any other belongs at the top of its module."""
     parse_time = set(ast.literal_eval(in_fresh_process(parse_time_imports(), "sorted(sys.modules)")))
     imports = function_level_imports()
-    loads = {t: in_fresh_process([t], f"[m for m in {HEAVY} if m in sys.modules]") for _, _, t in imports}
+    loads = {t: imports_heavy(t) for _, _, t in imports}
     wrong = []
     for module, line, target in imports:
-        heavy = loads[target] != "[]"
+        heavy = loads[target]
         if not heavy or (module not in parse_time and module not in LAUNCHERS):
             why = "imports nothing heavy" if not heavy else "is not kept light"
             wrong.append(

@@ -43,6 +43,27 @@ def in_fresh_process(modules: list[str], expression: str) -> str:
     return res.stdout.strip()
 
 
+IMPORTS_HEAVY = """
+import importlib, os, sys
+class Stop:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in {heavy}:
+            print(name, flush=True)
+            os._exit(0)
+sys.meta_path.insert(0, Stop())
+importlib.import_module({module!r})
+"""
+
+
+def imports_heavy(module: str) -> bool:
+    """Whether importing `module` in a fresh interpreter imports one of HEAVY: the interpreter stops at
+    the first such import (a heavy module is not loaded to find that out: ~0.2 s, not ~3 s)."""
+    code = IMPORTS_HEAVY.format(heavy=set(HEAVY), module=module)
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return bool(res.stdout.strip())
+
+
 def smoke_config(**overrides) -> dict:
     """The smoke config with dotted-key overrides, e.g. {"perturb.gammas": [2, 3]}."""
     cfg = yaml.safe_load(SMOKE.read_text())
