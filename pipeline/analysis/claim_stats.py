@@ -24,6 +24,7 @@ from pipeline.analysis.evidence import (
     u_note,
     u_runs,
     ushape,
+    ushapes,
 )
 from pipeline.analysis.seeds import run_means, seed_cube
 from pipeline.analysis.stats import deltas, fixed_rate_runs, tuned_table
@@ -90,7 +91,8 @@ def _per(rows: pd.DataFrame, keys: list[str]) -> list[tuple[tuple, pd.DataFrame]
 
 
 def _lr(x: float) -> str:
-    return f"{x:.0e}".replace("e-0", "e-")
+    """1e-2, 3e-1, 1: a learning rate as the claims label it."""
+    return f"{x:.0e}".replace("e-0", "e-").replace("e+00", "")
 
 
 # --- the Gaussian arm -------------------------------------------------------------------------------
@@ -195,9 +197,8 @@ def finetune_overtraining(t: StudyTables) -> list[Estimate]:
     settings = [(k, g) for k, g in _per(rows, ["task", "learning_rate"]) if k not in out.index]
     level = 1 - (1 - P_U) / max(len(settings), 1)
     kept = f"{len(settings)} of {len(settings) + len(out)} settings in the family"
-    found = [
-        replace_note(ushape(g, "value", f"{task}, LR {_lr(lr)}", level), kept) for (task, lr), g in settings
-    ]
+    labelled = [(f"{task}, LR {_lr(lr)}", g) for (task, lr), g in settings]
+    found = [replace_note(e, kept) for e in ushapes(labelled, "value", level)]
     excluded = [
         not_computed(
             f"{task}, LR {_lr(lr)}",
@@ -221,7 +222,7 @@ def tuned_overtraining(t: StudyTables) -> list[Estimate]:
     if not settings:
         raise NoRows(f"no rows for the pre-training perplexity at the tuned rate in study {t.study!r}")
     level = 1 - (1 - P_U) / len(settings)
-    return [ushape(g, "value", f"{task}", level) for (task,), g in settings]
+    return ushapes([(f"{task}", g) for (task,), g in settings], "value", level)
 
 
 def tuned_in_domain(t: StudyTables) -> list[Estimate]:
@@ -379,7 +380,7 @@ def stable_sensitivity(t: StudyTables) -> list[Estimate]:
 def lora_overtraining(t: StudyTables) -> list[Estimate]:
     tuned = _tuned_runs(t, "lora")
     pre = tuned[(tuned["eval_data"] == "pretrain") & (tuned["metric"] == "ppl")]
-    return [ushape(g, "value", f"{task}") for (task,), g in _per(pre, ["task"])]
+    return ushapes([(f"{task}", g) for (task,), g in _per(pre, ["task"])], "value")
 
 
 def _tuned_pretrain(t: StudyTables, method: str) -> pd.Series:

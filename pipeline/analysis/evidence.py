@@ -26,7 +26,7 @@ each statistic at the studies' noise structures and prints its coverage and fals
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -196,16 +196,18 @@ ONE_RUN = (
 )
 
 
-def u_verdict(budgets: np.ndarray, runs: np.ndarray, level: float = P_U) -> tuple[UShape, str]:
+def u_verdict(
+    budgets: np.ndarray, runs: np.ndarray, level: float = P_U, interval_level: float = LEVEL
+) -> tuple[UShape, str]:
     """The detector on runs (pre-training seeds x budgets, on the analysed scale) and a U claim's
     verdict by its registered rule: supported when P(U) > `level`; contradicted when the curve
     reliably falls at its largest budgets (the run-level slope over the upper half of the budgets,
     the median budget included, has a 95% interval below 0) and the minimum's interval lies wholly at
     or beyond the largest budget; not reached within the budgets when the upper half's slope is
     negative and the minimum's estimate is at the largest budget, short of that; otherwise not
-    established; not computed where the detector is."""
+    established; not computed where the detector is. The minimum's interval is at `interval_level`."""
     budgets = np.asarray(budgets, float)
-    fit = u_runs(budgets, runs)
+    fit = u_runs(budgets, runs, interval_level)
     if not math.isfinite(fit.p_u):
         return fit, NOT_COMPUTED
     if fit.p_u > level:
@@ -220,15 +222,18 @@ def u_verdict(budgets: np.ndarray, runs: np.ndarray, level: float = P_U) -> tupl
     return fit, NOT_ESTABLISHED
 
 
-def ushape(rows: pd.DataFrame, value: str, label: str, level: float = P_U) -> Estimate:
+def ushape(
+    rows: pd.DataFrame, value: str, label: str, level: float = P_U, interval_level: float = LEVEL
+) -> Estimate:
     """`u_verdict` on the rows' runs (log `value`), with P(U), the minimum where it clears `level`
-    and the rise between two of the upper budgets the design finds with 80% power."""
+    (its interval at `interval_level`) and the rise between two of the upper budgets the design
+    finds with 80% power."""
     if rows.empty:
         return not_computed(label, "no runs", "no rows")
     budgets, runs, n = u_fit(rows, value)
     if len(runs) < 2:
         return not_computed(label, n, ONE_RUN)
-    fit, verdict = u_verdict(budgets, runs, level)
+    fit, verdict = u_verdict(budgets, runs, level, interval_level)
     if verdict == NOT_COMPUTED:
         return not_computed(label, n, fit.reason)
     return Estimate(
@@ -242,6 +247,34 @@ def ushape(rows: pd.DataFrame, value: str, label: str, level: float = P_U) -> Es
         detectable=detectable_rise(fit, level, POWER),
         pretraining_variance=True,
     )
+
+
+def fcr_level(selected: int, family: int, level: float = LEVEL) -> float:
+    """The level of the intervals printed for the `selected` of a family's `family` settings, so that
+    the expected share of printed intervals that miss their truth (the false coverage-statement
+    rate) stays at most 1 - `level` (Benjamini & Yekutieli 2005): 1 - selected (1 - level) / family.
+    An interval printed only after its setting passed a test is otherwise not a `level` interval:
+    the sweeps that pass a test of little power are those whose noise steepened the curve."""
+    return 1 - max(selected, 1) * (1 - level) / max(family, 1)
+
+
+def ushapes(settings: list[tuple[str, pd.DataFrame]], value: str, level: float = P_U) -> list[Estimate]:
+    """`ushape` over a claim's family of settings, each tested at `level`; the minima of the R of m
+    settings that clear it print their intervals at `fcr_level(R, m)`, the family named in the note."""
+    first = [ushape(rows, value, label, level) for label, rows in settings]
+    selected = [e.verdict == SUPPORTED for e in first]
+    adjusted = fcr_level(sum(selected), len(first))
+    if not any(selected) or adjusted <= LEVEL:  # nothing printed, or every setting printed
+        return first
+    fcr = (
+        f"the minimum's interval at {adjusted:.2%}, {sum(selected)} of {len(first)} settings selected "
+        "(false coverage-statement rate ≤ 5%, Benjamini & Yekutieli 2005)"
+    )
+    out = []
+    for (label, rows), e, chosen in zip(settings, first, selected):
+        wider = ushape(rows, value, label, level, adjusted) if chosen else e
+        out.append(replace(wider, note=f"{wider.note}; {fcr}") if chosen else e)
+    return out
 
 
 def u_note(fit: UShape, level: float = P_U) -> str:

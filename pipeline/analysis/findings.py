@@ -219,7 +219,10 @@ INTRO = (
     "the data do not decide, and the row says the effect its design could have detected with 80% "
     "power at its own noise. Each claim says whether its verdict covers pre-training variance "
     "(stable across machines) or rests on one pre-training seed (may flip on another machine). "
-    "bench/claims_calibration.py shows each interval's coverage by simulation. The toy's confounds "
+    "A U's minimum is printed only where its test clears the level, with an interval widened for "
+    "that selection over its claim's settings (false coverage-statement rate ≤ 5%, Benjamini & "
+    "Yekutieli 2005). bench/claims_calibration.py shows each interval's coverage by simulation. "
+    "The toy's confounds "
     "are named with each claim; none of this is worded more strongly than its interval. Rendered "
     "from the studies' tables in docs/reference/."
 )

@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.analysis import findings
 from pipeline.analysis.claims import CLAIMS, evaluate
-from pipeline.analysis.evidence import trend, ushape
+from pipeline.analysis.evidence import fcr_level, trend, u_fit, u_runs, ushape, ushapes
 from pipeline.analysis.stats import deltas
 from pipeline.analysis.study_tables import StudyTables
 from pipeline.analysis.verdicts import (
@@ -86,6 +86,24 @@ def test_a_u_is_found_and_a_monotone_curve_is_not():
     falling = deltas(sweep_rows(lambda x: 0.0, noise=0.01), "ppl").dropna(subset=["gamma"])
     # falling reliably at its largest budgets, the minimum at the top edge: the claimed U is contradicted
     assert ushape(falling, "value", "falling").verdict == CONTRADICTED
+
+
+def test_a_family_prints_its_selected_minima_at_the_false_coverage_statement_level():
+    """Benjamini & Yekutieli 2005: R of m settings selected print their intervals at 1 - R 0.05 / m."""
+    u = deltas(sweep_rows(lambda x: 0.15 * x**2, noise=0.01), "ppl").dropna(subset=["gamma"])
+    flats = [
+        deltas(sweep_rows(lambda x: 0.0, 0.01, seed), "ppl").dropna(subset=["gamma"]) for seed in (1, 2, 3)
+    ]
+    family = [("U", u)] + [(f"flat {i}", f) for i, f in enumerate(flats)]
+    found = ushapes(family, "value")
+    assert [e.verdict == SUPPORTED for e in found] == [True, False, False, False]
+    assert fcr_level(1, 4) == pytest.approx(0.9875) and "1 of 4 settings selected" in found[0].note
+    assert "98.75%" in found[0].note and found[1:] == [ushape(f, "value", n) for n, f in family[1:]]
+    budgets, runs, _ = u_fit(u, "value")
+    narrow, wide = u_runs(budgets, runs), u_runs(budgets, runs, fcr_level(1, 4))
+    assert wide.min_low <= narrow.min_low <= narrow.min_high <= wide.min_high
+    assert (wide.min_low, wide.min_high) != (narrow.min_low, narrow.min_high)
+    assert ushapes(family[:1], "value") == [ushape(u, "value", "U")]  # one setting: its own 95% level
 
 
 def write_study(root, metrics: pd.DataFrame) -> StudyTables:
