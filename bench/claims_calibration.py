@@ -25,7 +25,12 @@ of a false "supported" (null scenarios) or the power (effects); for a U truth al
 the intervals the claims print (P(U) clears its level and the interval is bounded: coverage after
 selection by the U test, which falls where the test has little power, since the sweeps that pass are
 those whose noise steepened the rise) and the rate of a false "contradicted" (evidence.u_verdict, the
-claims' whole rule). The last lines read `printed_coverage_min <x> printed_coverage_max <y>` and
+claims' whole rule), and the false coverage-statement rate (Benjamini & Yekutieli 2005: per sweep,
+printed and missing; what the claims' printed intervals control). A claim's family (one
+low-powered U among flat settings, each tested at the Bonferroni level) shows that rate with the
+selected intervals at `evidence.fcr_level` and at 95%. Then the minimum interval's coverage range
+at other smoothness bounds r (`--curvature-rates`; registered r = 1). The last lines read
+`printed_coverage_min <x> printed_coverage_max <y> fcr_max <f>` and
 `coverage_min <x> coverage_max <y> false_max <z>` over every coverage, every null scenario's false
 "supported" and every U truth's false "contradicted".
 
@@ -51,10 +56,12 @@ from pipeline.analysis.evidence import (
     LEVEL,
     P_U,
     SUPPORTED,
+    fcr_level,
     mean_difference,
     rank_correlation,
     run_slope,
     t_interval,
+    u_runs,
     u_verdict,
 )
 from pipeline.analysis.seeds import run_means
@@ -227,7 +234,7 @@ def rank_row(rng, pairs: int, rho: float, n: int) -> dict:
 
 
 def u_row(
-    rng, d: Design, name: str, f, xstar: float | None, run_sd: float, hetero: bool, n: int, tau: float = TAU
+    rng, d: Design, name: str, f, xstar: float | None, run_sd: float, hetero: bool, n: int, r: float = 1.0
 ) -> dict:
     """A U claim's registered verdict on the runs (evidence.u_verdict): for a truth without an interior
     minimum, the rate of a false "supported"; for a U, the power, the rate of a false "contradicted",
@@ -235,12 +242,12 @@ def u_row(
     procedure's own coverage) and, apart, where the claims print it (supported and bounded: coverage
     after selection by the U test)."""
     x = d.budgets
-    cubes = simulate(rng, d, f(x), run_sd, hetero, tau, n)
+    cubes = simulate(rng, d, f(x), run_sd, hetero, TAU, n)
     found = contradicted = 0
     bounded, printed = [0, 0], [0, 0]  # [intervals, covering ones]
     truth = None if xstar is None else float(d.tokens[0] * 2 ** (xstar * (x[-1] - x[0])))
     for cube in cubes:
-        fit, verdict = u_verdict(d.tokens, run_means(cube), P_U)
+        fit, verdict = u_verdict(d.tokens, run_means(cube), P_U, curvature_rate=r)
         contradicted += verdict == CONTRADICTED
         found += verdict == SUPPORTED
         if truth is None or not fit.bounded:
@@ -252,10 +259,39 @@ def u_row(
     coverage = bounded[1] / bounded[0] if bounded[0] >= MIN_PRINTED else math.nan
     extra = {
         "printed": printed[0],
+        "fcr": (printed[0] - printed[1]) / n if xstar is not None else math.nan,
         "printed_coverage": printed[1] / printed[0] if printed[0] >= MIN_PRINTED else math.nan,
         "contradicted": contradicted / n if xstar is not None else math.nan,
     }
     return row("U claim", name, coverage, found / n, null=xstar is None) | extra
+
+
+def family_row(rng, d: Design, tag: str, label: str, m: int, run_sd: float, hetero: bool, n: int) -> dict:
+    """A claim's family as the claims run it: one U setting (`label` of U_SHAPES) and m - 1 flat ones,
+    each tested at the Bonferroni level 1 - (1 - P_U) / m; the R selected print their minimum's
+    interval at fcr_level(R, m) (evidence.ushapes). The false coverage-statement rate (Benjamini &
+    Yekutieli 2005) is the mean over sweeps of the share of printed intervals that miss (a flat
+    setting's printed minimum always misses: it has none); beside it, the same with 95% intervals."""
+    f, where = u_curve(*U_SHAPES[label])
+    x, level = d.budgets, 1 - (1 - P_U) / m
+    truth = float(d.tokens[0] * 2 ** (where * (x[-1] - x[0])))
+    u_cubes = simulate(rng, d, f(x), run_sd, hetero, TAU, n)
+    flat_cubes = simulate(rng, d, flat(x), run_sd, hetero, TAU, n * (m - 1))
+    flat_cubes = flat_cubes.reshape(n, m - 1, *u_cubes.shape[1:])
+    shares, shares_95 = [], []
+    for u_cube, flats in zip(u_cubes, flat_cubes):
+        runs = [run_means(u_cube)] + [run_means(c) for c in flats]
+        chosen = [r for r in runs if u_verdict(d.tokens, r, level)[1] == SUPPORTED]
+        if not chosen:
+            shares.append(0.0), shares_95.append(0.0)
+            continue
+        for out, at in ((shares, fcr_level(len(chosen), m)), (shares_95, LEVEL)):
+            fits = [u_runs(d.tokens, r, at) for r in chosen]
+            hits = [r is runs[0] and ft.min_low <= truth <= ft.min_high for r, ft in zip(chosen, fits)]
+            out.append(1 - sum(hits) / len(chosen))
+    figures = dict(fcr=float(np.mean(shares)), fcr_95=float(np.mean(shares_95)))
+    return dict(stat="U family", scenario=f"{tag}: {m} settings, one {label}", coverage=math.nan,
+                false=math.nan, power=math.nan) | figures  # fmt: skip
 
 
 def main() -> None:
@@ -263,6 +299,13 @@ def main() -> None:
     ap.add_argument("--sweeps", type=int, default=2000, help="sweeps per trend / paired / rank scenario")
     ap.add_argument("--u-sweeps", type=int, default=500, help="sweeps per U-detector scenario")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--curvature-rates",
+        type=float,
+        nargs="*",
+        default=[0.5, 0.7],
+        help="smoothness bounds r to try for the minimum's interval beside the registered r = 1",
+    )
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     run_sd = reference_run_sd()
@@ -298,6 +341,10 @@ def main() -> None:
                 rows.append(u_row(rng, d, f"{tag}: {label}", f, xs, run_sd, hetero, args.u_sweeps))
         for name, f in nulls[:2]:  # low noise: the least favourable drop-then-flat curve is sharpest
             rows.append(u_row(rng, d, f"{dname}, run sd 0.01: {name}", f, None, 0.01, False, args.u_sweeps))
+    for dname in ("pilot 3x7", "evidence 7x4"):  # the least powered U: where selection bites hardest
+        low_power = "U, minimum high, fast rise"
+        tag = f"{dname}, sd x3"
+        rows.append(family_row(rng, DESIGNS[dname], tag, low_power, 4, run_sd, True, args.u_sweeps))
     print(f"{'statistic':<18} {'scenario':<48} {'coverage':>8} {'false':>6} {'power':>6}")
     for r in rows:
         cells = [("–" if not math.isfinite(r[k]) else f"{r[k]:.3f}") for k in ("coverage", "false", "power")]
@@ -306,15 +353,29 @@ def main() -> None:
             pc = r["printed_coverage"]
             pc = f"{pc:.3f}" if math.isfinite(pc) else "–"
             extra = (
-                f"  (printed in {r['printed']}, covering {pc}; false contradicted {r['contradicted']:.3f})"
+                f"  (printed in {r['printed']}, covering {pc}, FCR {r['fcr']:.3f}; "
+                f"false contradicted {r['contradicted']:.3f})"
             )
+        if r["stat"] == "U family":
+            extra = f"  (FCR {r['fcr']:.3f} at fcr_level; {r['fcr_95']:.3f} with 95% intervals)"
         print(f"{r['stat']:<18} {r['scenario']:<48} {cells[0]:>8} {cells[1]:>6} {cells[2]:>6}{extra}")
+    for r in args.curvature_rates:  # would a tighter smoothness bound bring coverage to 0.90-0.98?
+        covs = [
+            u_row(rng, DESIGNS[dname], label, *u_curve(*shape), run_sd, hetero, args.u_sweeps, r)["coverage"]
+            for dname in ("pilot 3x7", "evidence 7x4")
+            for hetero in (False, True)
+            for label, shape in U_SHAPES.items()
+        ]
+        covs = [c for c in covs if math.isfinite(c)]
+        print(f"minimum interval, r = {r:g} (registered 1): coverage {min(covs):.3f}-{max(covs):.3f}")
     cov = [r["coverage"] for r in rows if math.isfinite(r["coverage"])]
     false = [r["false"] for r in rows if math.isfinite(r["false"])]
     false += [r["contradicted"] for r in rows if math.isfinite(r.get("contradicted", math.nan))]
     printed = [r["printed_coverage"] for r in rows if math.isfinite(r.get("printed_coverage", math.nan))]
     print(f"{len(rows)} scenarios in {time.perf_counter() - t0:.0f} s")
-    print(f"printed_coverage_min {min(printed):.3f} printed_coverage_max {max(printed):.3f}")
+    fcr = [r["fcr"] for r in rows if math.isfinite(r.get("fcr", math.nan))]
+    print(f"printed_coverage_min {min(printed):.3f} printed_coverage_max {max(printed):.3f} "
+          f"fcr_max {max(fcr):.3f}")  # fmt: skip
     print(f"coverage_min {min(cov):.3f} coverage_max {max(cov):.3f} false_max {max(false):.3f}")
 
 

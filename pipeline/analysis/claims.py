@@ -84,8 +84,9 @@ TREND = (
 U_STAT = (
     "P(U) of the U-shape detector (pipeline/analysis/inflection.py, docs/inflection.md) on log "
     "perplexity against log tokens over the runs (each run's inner seeds averaged), the pre-training "
-    "seeds as paired units (not computed with one seed), with the minimum's location and its 95% "
-    "interval where P(U) clears the level"
+    "seeds as paired units (not computed with one seed), with the minimum's location and its "
+    "interval where P(U) clears the level: 95%, or 1 − 0.05·R/m where R of a claim's m settings clear "
+    "it (false coverage-statement rate ≤ 5%, Benjamini & Yekutieli 2005)"
 )
 U_RULE = (
     "supported if P(U) > {level}; contradicted if the curve reliably falls at its largest budgets (the "

@@ -175,12 +175,15 @@ def trend(rows: pd.DataFrame, value: str, label: str, sign: int, branches: bool 
     )
 
 
-def u_runs(budgets: np.ndarray, runs: np.ndarray, level: float = LEVEL) -> UShape:
+def u_runs(
+    budgets: np.ndarray, runs: np.ndarray, level: float = LEVEL, curvature_rate: float = 1.0
+) -> UShape:
     """The U-shape detector on runs (pre-training seeds x budgets, already on the analysed scale), the
-    seeds as paired units."""
+    seeds as paired units; `curvature_rate` is the minimum interval's smoothness bound (inflection.py:
+    1, registered; other values only for bench/claims_calibration.py's sensitivity check)."""
     tokens = np.repeat(np.asarray(budgets, float)[None, :], len(runs), axis=0)
     unit = np.repeat(np.arange(len(runs))[:, None], runs.shape[1], axis=1)
-    return u_shape(tokens.ravel(), runs.ravel(), unit.ravel(), level)
+    return u_shape(tokens.ravel(), runs.ravel(), unit.ravel(), level, curvature_rate)
 
 
 def u_fit(rows: pd.DataFrame, value: str) -> tuple[np.ndarray, np.ndarray, str]:
@@ -197,7 +200,11 @@ ONE_RUN = (
 
 
 def u_verdict(
-    budgets: np.ndarray, runs: np.ndarray, level: float = P_U, interval_level: float = LEVEL
+    budgets: np.ndarray,
+    runs: np.ndarray,
+    level: float = P_U,
+    interval_level: float = LEVEL,
+    curvature_rate: float = 1.0,
 ) -> tuple[UShape, str]:
     """The detector on runs (pre-training seeds x budgets, on the analysed scale) and a U claim's
     verdict by its registered rule: supported when P(U) > `level`; contradicted when the curve
@@ -207,7 +214,7 @@ def u_verdict(
     negative and the minimum's estimate is at the largest budget, short of that; otherwise not
     established; not computed where the detector is. The minimum's interval is at `interval_level`."""
     budgets = np.asarray(budgets, float)
-    fit = u_runs(budgets, runs, interval_level)
+    fit = u_runs(budgets, runs, interval_level, curvature_rate)
     if not math.isfinite(fit.p_u):
         return fit, NOT_COMPUTED
     if fit.p_u > level:
