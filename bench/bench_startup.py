@@ -80,9 +80,9 @@ def job_record(out: Path) -> bytes:
     from pipeline.models.checkpoints import CheckpointSpec
     from pipeline.workflow.config import eval_config
     from pipeline.workflow.params import (
+        benchmark_params,
         checkpoint_params,
         curvature_finetune_params,
-        finetune_bench,
         finetune_params,
     )
     from pipeline.workflow.schema import load_schema, validate_config
@@ -103,7 +103,7 @@ def job_record(out: Path) -> bytes:
             task={"kind": "text", "name": TASK, "table": str(out / "task.parquet"), "token_cache": None},
             eval=eval_config(config),
             token_cache=None,
-            bench=finetune_bench(config),
+            bench=benchmark_params(config),
             curv=curvature_finetune_params(config),
             state=str(out / "state"),
             device="cpu",
