@@ -20,7 +20,11 @@ MARKS = (
     f"★ where the U test's P(U) clears its claim's level ({P_U}, Bonferroni over a claim's settings); "
     "○ with its P(U) where it does not"
 )
-LEGEND = {"band": RUN_BAND, "marks": MARKS}
+MINIMUM = (
+    f"◆ with its 95% interval over the pre-training runs where the U test's P(U) clears {P_U}; "
+    "◇ with its P(U) and no interval where it does not (the claims print no minimum there)"
+)
+LEGEND = {"band": RUN_BAND, "marks": MARKS, "minimum": MINIMUM}
 
 STAGES = (
     "sweep",

@@ -135,36 +135,37 @@ def plot_progressive_sensitivity(
     return save_figure(fig, stem, formats)
 
 
-def plot_inflection(inflection: pd.DataFrame, stem: str | Path, formats: Iterable[str]) -> list[Path]:
-    """Per model and γ: the U-shape detector's minimum of the perturbed perplexity with its 95%
-    interval (an open end drawn to the sweep's edge with an arrow) and P(U) beside it, and Definition
-    4.2's inflection budget (○, a grid point); γ without a Definition 4.2 inflection drawn as ▲."""
+def plot_inflection(
+    inflection: pd.DataFrame, stem: str | Path, formats: Iterable[str], level: float = P_U
+) -> list[Path]:
+    """Per model and γ: the U-shape detector's minimum of the perturbed perplexity, with its 95%
+    interval (an open end drawn to the sweep's edge with an arrow) where P(U) clears `level`, else an
+    open marker with its P(U) and no interval (figure_registry.MINIMUM); and Definition 4.2's
+    inflection budget (○, a grid point); γ without a Definition 4.2 inflection drawn as ▲."""
     set_style()
-    fig, ax = plt.subplots(figsize=(7, 4.8))
+    fig, ax = plt.subplots(figsize=(7, 6), layout="constrained")
     for model, color in zip(sorted(inflection["model"].unique()), sns.color_palette("deep")):
         m = inflection[inflection["model"] == model].sort_values("gamma")
         lo_edge, hi_edge = float(m["min_budget"].min()), float(m["max_budget"].max())
         fitted = m[np.isfinite(m["u_min_tokens"])]
-        for _, r in fitted.iterrows():
+        established = fitted[fitted["p_u"] > level]
+        for _, r in established.iterrows():
             lo = r["u_min_low"] if r["u_min_low"] > 0 else lo_edge
             hi = r["u_min_high"] if np.isfinite(r["u_min_high"]) else hi_edge
             ax.plot([r["gamma"], r["gamma"]], [lo, hi], color=color, lw=2, alpha=0.6)
             for end, open_ in ((lo, r["u_min_low"] <= 0), (hi, not np.isfinite(r["u_min_high"]))):
                 ax.plot(r["gamma"], end, marker="^" if end == hi else "v", color=color, ms=6 if open_ else 0)
-            ax.annotate(
-                f"P(U) {r['p_u']:.2f}",
-                (r["gamma"], hi),
-                textcoords="offset points",
-                xytext=(4, 4),
-                fontsize=7,
-            )
-        ax.plot(
-            fitted["gamma"],
-            fitted["u_min_tokens"],
-            "D-",
-            color=color,
-            label=f"{model}: U fit's minimum (95% interval)",
-        )
+        if len(established):
+            ax.plot(established["gamma"], established["u_min_tokens"], "D", color=color,
+                    label=f"{model}: U fit's minimum, 95% interval (P(U) > {level})")  # fmt: skip
+        untested = fitted[~(fitted["p_u"] > level)]
+        if len(untested):
+            ax.plot(untested["gamma"], untested["u_min_tokens"], "D", mfc="none", color=color,
+                    label=f"{model}: P(U) ≤ {level}: no minimum established")  # fmt: skip
+        for _, r in untested.iterrows():
+            p_u = "–" if not np.isfinite(r["p_u"]) else f"{r['p_u']:.2f}"
+            ax.annotate(f"P(U) {p_u}", (r["gamma"], r["u_min_tokens"]), textcoords="offset points",
+                        xytext=(4, 4), fontsize=7, color=color)  # fmt: skip
         ok = m[np.isfinite(m["inflection_budget"])]
         ax.plot(
             ok["gamma"],
@@ -186,9 +187,10 @@ def plot_inflection(inflection: pd.DataFrame, stem: str | Path, formats: Iterabl
     token_axis(ax, "minimum / inflection (pre-training tokens)", ticks=np.unique(marked), axis="y")
     ax.set_xticks(sorted(inflection["gamma"].unique()))
     ax.set_xlabel("perturbation scale γ (× init std)")
-    seeds = inflection["seeds"].iloc[0] if "seeds" in inflection and len(inflection) else ""
     ax.set_title("Where the perturbed perplexity turns up")
-    ax.legend(fontsize=8, title=f"intervals over {seeds}", title_fontsize=8)
+    runs = f"{int(inflection['n_pretrain_seeds'].max())} pre-training seeds" if len(inflection) else ""
+    ax.legend(fontsize=8, title=f"minima over the runs of {runs} (a run: its perturbation seeds averaged)",
+              title_fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)  # fmt: skip
     return save_figure(fig, stem, formats)
 
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 from docutils.core import publish_parts
 
-from pipeline.analysis.figure_registry import FIGURES, LEGEND, MARKS, RUN_BAND
+from pipeline.analysis.figure_registry import FIGURES, LEGEND, MARKS, MINIMUM, RUN_BAND
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ COVERS = {
         "averaged, not counted as replicates",
         MARKS,
     ),
-    "inflection_point": ("95% percentile bootstrap interval", "seeds the table holds", "``perturb.seeds``"),
+    "inflection_point": (MINIMUM, "``perturb.seeds``", "not counted as replicates"),
     "finetune_fixed_lr": (RUN_BAND, "fine-tuning seeds", "``fixed_rate_runs``", MARKS),
     "finetune_tuned": (*SEEDS_SD, "``tuned_table``"),
     "finetune_distance": ("±1 sd over the pre-training runs", "fine-tuning seeds (``finetune.seeds``)"),
