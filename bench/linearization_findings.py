@@ -8,9 +8,9 @@ beside the registered claims of docs/findings.md): whatever rows the study has.
   within 10% of the real one's improvement over the checkpoint;
 - the tuned pre-training ppl per method and budget, with its inflection (Definition 4.2);
 - the NTK: Spearman ρ of κ (per σ scale) and λ_max against the forgetting at the tuned rate,
-  over (checkpoint, task), with a percentile bootstrap interval; Algorithm 2 on the real kernels.
+  over (checkpoint, task), with a 95% Fisher-z interval; Algorithm 2 on the real kernels.
 
-usage: python bench/linearization_findings.py results/default [--bootstrap 1000]
+usage: python bench/linearization_findings.py results/default
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from pipeline.analysis.linearization_figures import ntk_outcomes, spearman_ci, with_extra
+from pipeline.analysis.evidence import spearman_interval
+from pipeline.analysis.linearization_figures import ntk_outcomes, with_extra
 from pipeline.analysis.stats import finetuned, inflection_point
 from pipeline.analysis.style import format_tokens
 
@@ -116,16 +117,16 @@ def tuned_by_method(tuned: pd.DataFrame) -> str:
     )
 
 
-def ntk(metrics: pd.DataFrame, tuned: pd.DataFrame, n_boot: int) -> str:
+def ntk(metrics: pd.DataFrame, tuned: pd.DataFrame) -> str:
     out = ntk_outcomes(metrics, tuned)
     if out.empty:
         return "(no NTK rows)"
     rows = []
     for (kernel, scale), g in out.groupby(["kernel", "sigma_scale"]):
-        rho, lo, hi = spearman_ci(g["kappa"], g["forgetting"], n_boot, 0)
+        rho, lo, hi = spearman_interval(g["kappa"].to_numpy(), g["forgetting"].to_numpy())
         rows.append([kernel, f"κ(K + σI), σ = {scale:g}·trK/n", f"{rho:+.2f} [{lo:+.2f}, {hi:+.2f}]", len(g)])
     for kernel, g in out.drop_duplicates(["checkpoint", "task", "kernel"]).groupby("kernel"):
-        rho, lo, hi = spearman_ci(g["lambda_max"], g["forgetting"], n_boot, 0)
+        rho, lo, hi = spearman_interval(g["lambda_max"].to_numpy(), g["forgetting"].to_numpy())
         rows.append([kernel, "λ_max(K)", f"{rho:+.2f} [{lo:+.2f}, {hi:+.2f}]", len(g)])
     per = out.drop_duplicates(["checkpoint", "task", "kernel"]).sort_values(["task", "budget"])
     lines = [
@@ -140,7 +141,7 @@ def ntk(metrics: pd.DataFrame, tuned: pd.DataFrame, n_boot: int) -> str:
     ).reset_index()
     alg = []
     for scale, g in wide.groupby("sigma_scale"):
-        rho, lo, hi = spearman_ci(g["ntk_group_ratio"], g["ntk_group_risk_ratio"], n_boot, 0)
+        rho, lo, hi = spearman_interval(g["ntk_group_ratio"].to_numpy(), g["ntk_group_risk_ratio"].to_numpy())
         pick = g.loc[g.groupby(["checkpoint", "eval_data"])["ntk_group_ratio"].idxmin()]
         best = g.loc[g.groupby(["checkpoint", "eval_data"])["ntk_group_risk_ratio"].idxmin()]
         agree = int((pick["group"].to_numpy() == best["group"].to_numpy()).sum())
@@ -167,7 +168,6 @@ def ntk(metrics: pd.DataFrame, tuned: pd.DataFrame, n_boot: int) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("study", type=Path)
-    ap.add_argument("--bootstrap", type=int, default=1000)
     args = ap.parse_args()
     metrics = pd.read_parquet(args.study / "metrics.parquet")
     tuned = pd.read_parquet(args.study / "analysis" / "finetune_tuned.parquet")
@@ -175,7 +175,7 @@ def main() -> None:
         ("The linearization gap vs tokens (pre-training windows, seed mean)", gap_vs_tokens(metrics)),
         ("Linearized vs real fine-tuning (in-domain validation loss)", linearized_vs_real(metrics)),
         ("The tuned learning rate per method", tuned_by_method(tuned)),
-        ("The NTK and the outcome", ntk(metrics, tuned, args.bootstrap)),
+        ("The NTK and the outcome", ntk(metrics, tuned)),
     ):
         print(f"### {title}\n\n{text}\n")
 

@@ -47,8 +47,5 @@ rule linearization_figures:
     threads: 1
     resources:
         **fixed_resources(2000, 10),
-    params:
-        bootstrap=config["analysis"]["bootstrap"],
-        seed=config["analysis"]["seed"],
     script:
         "scripts/linearization_figures.py"

@@ -301,20 +301,31 @@ def u_note(fit: UShape, level: float = P_U) -> str:
     return note
 
 
+def spearman_interval(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """Spearman's ρ of the finite pairs with its 95% Fisher-z interval (variance (1 + ρ²/2) / (n - 3),
+    Bonett & Wright 2000); NaNs below 4 pairs or for a constant variable."""
+    ok = np.isfinite(x) & np.isfinite(y)
+    x, y = np.asarray(x, float)[ok], np.asarray(y, float)[ok]
+    if len(x) < 4 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan, math.nan, math.nan
+    point = float(spearmanr(x, y)[0])
+    z, se = math.atanh(float(np.clip(point, -0.9999, 0.9999))), math.sqrt((1 + point**2 / 2) / (len(x) - 3))
+    q = float(norm.ppf((1 + LEVEL) / 2))
+    return point, math.tanh(z - q * se), math.tanh(z + q * se)
+
+
 def rank_correlation(x: np.ndarray, y: np.ndarray, label: str, sign: int, n: str, runs: bool) -> Estimate:
     """Spearman's ρ of paired observations (`runs`: each pair a pre-training run of its own seed)
-    with a 95% Fisher-z interval (variance (1 + ρ²/2) / (n - 3), Bonett & Wright 2000), its verdict
-    for the claimed sign, and the |ρ| detected with 80% power."""
+    with its 95% interval (spearman_interval), its verdict for the claimed sign, and the |ρ|
+    detected with 80% power."""
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = x[ok], y[ok]
     if len(x) < 4:
         return not_computed(label, n, f"{len(x)} pair(s): a rank correlation needs at least 4")
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         return not_computed(label, n, "a constant variable has no rank correlation")
-    point = float(spearmanr(x, y)[0])
-    z, se = math.atanh(float(np.clip(point, -0.9999, 0.9999))), math.sqrt((1 + point**2 / 2) / (len(x) - 3))
+    point, low, high = spearman_interval(x, y)
     q = float(norm.ppf((1 + LEVEL) / 2))
-    low, high = math.tanh(z - q * se), math.tanh(z + q * se)
     rho_d = 0.0
     for _ in range(50):  # atanh(ρ) = (q + z_power) sqrt((1 + ρ²/2) / (n - 3)): a contraction in ρ
         rho_d = math.tanh((q + float(norm.ppf(POWER))) * math.sqrt((1 + rho_d**2 / 2) / (len(x) - 3)))

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
+from pipeline.analysis.evidence import spearman_interval
 from pipeline.analysis.stats import finetuned
 from pipeline.analysis.style import format_tokens, plain_log_ticks, save_figure, set_style
 from pipeline.analysis.sweep_figures import token_axis
@@ -36,26 +37,6 @@ def _missing(ax: plt.Axes, what: str) -> None:
         0.5, 0.5, f"not computed in this study:\n{what}", ha="center", va="center", transform=ax.transAxes
     )
     ax.set_axis_off()
-
-
-def spearman_ci(
-    x: np.ndarray, y: np.ndarray, n_boot: int, seed: int, ci: float = 0.95
-) -> tuple[float, float, float]:
-    """Spearman ρ of (x, y) and its percentile bootstrap interval (pairs resampled with replacement)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    keep = np.isfinite(x) & np.isfinite(y)
-    x, y = x[keep], y[keep]
-    if len(x) < 3:
-        return np.nan, np.nan, np.nan
-    rho = float(spearmanr(x, y).statistic)
-    rng = np.random.default_rng(seed)
-    draws = []
-    for _ in range(n_boot):
-        i = rng.integers(0, len(x), len(x))
-        if len(set(x[i])) > 1 and len(set(y[i])) > 1:
-            draws.append(spearmanr(x[i], y[i]).statistic)
-    lo, hi = np.nanpercentile(draws, [50 * (1 - ci), 50 * (1 + ci)]) if draws else (np.nan, np.nan)
-    return rho, float(lo), float(hi)
 
 
 def _seed_mean(rows: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -225,9 +206,9 @@ def ntk_outcomes(metrics: pd.DataFrame, tuned: pd.DataFrame) -> pd.DataFrame:
 
 
 def rho_text(rho: float, lo: float, hi: float) -> str:
-    """Spearman ρ with its bootstrap interval, or why there is none."""
+    """Spearman ρ with its 95% interval, or why there is none."""
     if not np.isfinite(rho):
-        return "ρ undefined (< 3 points or constant)"
+        return "ρ undefined (< 4 points or constant)"
     return f"ρ = {rho:+.2f} [{lo:+.2f}, {hi:+.2f}]"
 
 
@@ -236,14 +217,12 @@ def plot_ntk(
     tuned: pd.DataFrame,
     stem: str | Path,
     formats: Iterable[str],
-    n_boot: int,
-    seed: int,
 ) -> list[Path]:
     """κ(K + σI) (a line style per σ scale) and λ_max vs tokens (each checkpoint a point, the line
     through the median over pre-training seeds); κ at the middle σ scale and λ_max vs
     the forgetting after fine-tuning at the tuned learning rate, with Spearman ρ over checkpoints and
-    its 95% bootstrap interval per task. A colour per task; a marker per kernel (every parameter, or
-    what a method trains) when there are several."""
+    its 95% Fisher-z interval per task (evidence.spearman_interval). A colour per task; a marker per
+    kernel (every parameter, or what a method trains) when there are several."""
     set_style()
     out = ntk_outcomes(metrics, tuned)
     fig, axes = plt.subplots(1, 4, figsize=(24, 4.6), squeeze=False)
@@ -286,7 +265,7 @@ def plot_ntk(
     )
     for ax, column, label, data in panels:
         for (kernel, task), g in data.groupby(["kernel", "task"]):
-            rho, lo, hi = spearman_ci(g[column], g["forgetting"], n_boot, seed)
+            rho, lo, hi = spearman_interval(g[column].to_numpy(), g["forgetting"].to_numpy())
             ax.scatter(
                 g[column],
                 g["forgetting"],
@@ -298,16 +277,14 @@ def plot_ntk(
         plain_log_ticks(ax.xaxis)
         ax.set_xlabel(label)
         ax.set_ylabel("Δ log pre-training ppl at the tuned LR")
-        ax.legend(fontsize=7, title="Spearman ρ over checkpoints [95% bootstrap]", title_fontsize=7)
+        ax.legend(fontsize=7, title="Spearman ρ over checkpoints [95% Fisher-z]", title_fontsize=7)
     axes[2].set_title(f"κ at the middle σ scale ({middle:g}·trK/n) vs forgetting, per task")
     axes[3].set_title("λ_max(K) vs forgetting, per task")
     fig.suptitle("The empirical NTK per checkpoint and the fine-tuning outcome")
     return save_figure(fig, stem, formats)
 
 
-def plot_layer_selection(
-    metrics: pd.DataFrame, stem: str | Path, formats: Iterable[str], n_boot: int, seed: int
-) -> list[Path]:
+def plot_layer_selection(metrics: pd.DataFrame, stem: str | Path, formats: Iterable[str]) -> list[Path]:
     """Algorithm 2's test on each checkpoint's kernels: log of the kernel-ridge risk ratio
     R(base ∪ g) / R(base) vs log of the ranking ratio λ_max(K + S + σI) / λ_max(K + σI), one point
     per (checkpoint, task, candidate group), per σ; Algorithm 2 picks the smallest ratio."""
@@ -323,7 +300,7 @@ def plot_layer_selection(
         index=["checkpoint", "eval_data", "group", "sigma_scale"], columns="metric", values="value"
     ).reset_index()
     for scale, g in wide.groupby("sigma_scale"):
-        rho, lo, hi = spearman_ci(g["ntk_group_ratio"], g["ntk_group_risk_ratio"], n_boot, seed)
+        rho, lo, hi = spearman_interval(g["ntk_group_ratio"].to_numpy(), g["ntk_group_risk_ratio"].to_numpy())
         ax.scatter(
             np.log(g["ntk_group_ratio"]),
             np.log(g["ntk_group_risk_ratio"]),
@@ -333,7 +310,7 @@ def plot_layer_selection(
     ax.set_xlabel("log ranking ratio λ_max(K + S + σI) / λ_max(K + σI)")
     ax.set_ylabel("log kernel-ridge risk ratio R(base ∪ g) / R(base)")
     ax.set_title("Algorithm 2: does a smaller ratio mean a smaller risk? (ρ > 0: yes)")
-    ax.legend(fontsize=7, title="Spearman ρ over the points [95% bootstrap]", title_fontsize=7)
+    ax.legend(fontsize=7, title="Spearman ρ over the points [95% Fisher-z]", title_fontsize=7)
     return save_figure(fig, stem, formats)
 
 

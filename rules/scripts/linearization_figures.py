@@ -12,7 +12,7 @@ from pipeline.runtime import setup_logging
 setup_logging(snakemake.log[0])
 metrics = pd.read_parquet(snakemake.input.metrics)
 tuned = pd.read_parquet(snakemake.input.tuned)
-out, p = snakemake.output, snakemake.params
+out = snakemake.output
 formats = [Path(f).suffix[1:] for f in out.linearization_table1]
 
 
@@ -23,6 +23,6 @@ def stem(name: str) -> Path:
 lf.plot_table1(metrics, tuned, stem("linearization_table1"), formats)
 lf.plot_gap_tokens(metrics, stem("linearization_gap_tokens"), formats)
 lf.plot_linearized_vs_real(metrics, stem("linearized_vs_real"), formats)
-lf.plot_ntk(metrics, tuned, stem("ntk_outcome"), formats, p.bootstrap, p.seed)
-lf.plot_layer_selection(metrics, stem("layer_selection"), formats, p.bootstrap, p.seed)
+lf.plot_ntk(metrics, tuned, stem("ntk_outcome"), formats)
+lf.plot_layer_selection(metrics, stem("layer_selection"), formats)
 lf.plot_wise_ft(metrics, tuned, stem("wise_ft_front"), formats)

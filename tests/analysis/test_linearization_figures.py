@@ -48,7 +48,7 @@ def ntk_rows(metrics: pd.DataFrame) -> pd.DataFrame:
 
 def test_ntk_figure_draws_one_series_per_task(draw, finetune_metrics):
     metrics = pd.concat([finetune_metrics, ntk_rows(finetune_metrics)], ignore_index=True)
-    fig = draw(plot_ntk, metrics, tuned_table(metrics), "ntk", ["png"], n_boot=50, seed=0)
+    fig = draw(plot_ntk, metrics, tuned_table(metrics), "ntk", ["png"])
     kappa_tokens, _, kappa, top = fig.axes
     assert len(kappa_tokens.get_lines()) == 2 * len(SCALES)  # a line per (task, σ)
     assert {line.get_linestyle() for line in kappa_tokens.get_lines()} == {"-", "--", ":"}
@@ -61,4 +61,4 @@ def test_ntk_figure_draws_one_series_per_task(draw, finetune_metrics):
         # κ and λ_max grow with tokens, and so does the forgetting here: ρ = +1 per task
         labels = [t.get_text() for t in ax.get_legend().get_texts()]
         assert [label.split(" [")[0] for label in labels] == ["code: ρ = +1.00", "gsm8k: ρ = +1.00"]
-        assert ax.get_legend().get_title().get_text() == "Spearman ρ over checkpoints [95% bootstrap]"
+        assert ax.get_legend().get_title().get_text() == "Spearman ρ over checkpoints [95% Fisher-z]"
