@@ -160,7 +160,7 @@ def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
         ),  # neither do threads
         (
             {"analysis.bootstrap": 50},
-            {"analysis": 1, "figures": 1, "finetune_figures": 1, "linearization_figures": 1},
+            {"analysis": 1, "figures": 1, "finetune_figures": 1},  # Definition 4.2's interval only
         ),
         (
             {"finetune.learning_rates": [3.0e-3, 1.0e-3]},
