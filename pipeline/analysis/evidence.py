@@ -270,11 +270,12 @@ def ushapes(settings: list[tuple[str, pd.DataFrame]], value: str, level: float =
     settings that clear it print their intervals at `fcr_level(R, m)`, the family named in the note."""
     first = [ushape(rows, value, label, level) for label, rows in settings]
     selected = [e.verdict == SUPPORTED for e in first]
-    adjusted = fcr_level(sum(selected), len(first))
-    if not any(selected) or adjusted <= LEVEL:  # nothing printed, or every setting printed
+    tested = sum(e.verdict != NOT_COMPUTED for e in first)  # a setting not computed cannot be selected
+    adjusted = fcr_level(sum(selected), tested)
+    if not any(selected) or adjusted <= LEVEL:  # nothing printed, or every tested setting printed
         return first
     fcr = (
-        f"the minimum's interval at {adjusted:.2%}, {sum(selected)} of {len(first)} settings selected "
+        f"the minimum's interval at {adjusted:.2%}, {sum(selected)} of {tested} tested settings selected "
         "(false coverage-statement rate ≤ 5%, Benjamini & Yekutieli 2005)"
     )
     out = []
