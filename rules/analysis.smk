@@ -62,8 +62,6 @@ rule analysis:
     resources:
         **fixed_resources(2000, 10),
     params:
-        bootstrap=config["analysis"]["bootstrap"],
-        seed=config["analysis"]["seed"],
         ci=config["analysis"]["ci"],
     script:
         "scripts/analysis.py"

@@ -52,18 +52,6 @@ def run_means(cube: np.ndarray) -> np.ndarray:
         return np.nanmean(cube, axis=1)
 
 
-def bootstrap_means(cube: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """(n, budgets) curve means of `n` hierarchical resamples (pre-training seeds, then the inner seeds
-    within each drawn one): only for Definition 4.2's inflection budget in analysis.inflection_table,
-    a figure aid; no claim rests on it (its percentile interval over a few seeds undercovers)."""
-    p, s, _ = cube.shape
-    outer = rng.integers(0, p, size=(n, p))
-    inner = rng.integers(0, s, size=(n, p, s))
-    drawn = cube[outer[:, :, None], inner]  # (n, p, s, budgets)
-    with _quiet():
-        return np.nanmean(np.nanmean(drawn, axis=2), axis=1)
-
-
 def seeds_covered(n_outer: int, n_inner: int, inner_name: str) -> str:
     """What a band over a cube covers, for a legend (figure_registry.RUN_BAND, the captions' words):
     e.g. '95% t-band over the pre-training seeds: 3 (2 fine-tuning seeds averaged per run)', or

@@ -15,9 +15,7 @@ metrics = pd.read_parquet(snakemake.input[0])
 lm = fixed_rate_runs(metrics[(metrics["source"] != "theory") & (metrics["eval_data"] != "weights")])
 d = deltas(lm, "ppl")
 sens = sensitivity_table(d)
-infl = inflection_table(
-    d, n_bootstrap=snakemake.params.bootstrap, seed=snakemake.params.seed, ci=snakemake.params.ci
-)
+infl = inflection_table(d, ci=snakemake.params.ci)
 write_parquet(snakemake.output.deltas, d)
 write_parquet(snakemake.output.sensitivity, sens)
 write_parquet(snakemake.output.inflection, infl)

@@ -19,7 +19,7 @@ def test_tuned_y_labels_name_the_quantity_and_the_legend_the_inflection(draw, fi
 def test_fixed_lr_and_distance_legends_say_what_the_band_covers(draw, finetune_metrics):
     d = deltas(fixed_rate_runs(finetune_metrics), "ppl")
     base = finetune_metrics[finetune_metrics["modification"] == "none"]
-    inflection = inflection_table(d, n_bootstrap=10, seed=0)
+    inflection = inflection_table(d)
     fig = draw(plot_fixed_lr, d, base, inflection, "fixed", ["png"])
     n_seeds = d["seed"].nunique()  # the synthetic sweep has one pre-training run
     covered = f"1 pre-training seed: no band ({n_seeds} fine-tuning seeds per run)"
@@ -44,9 +44,7 @@ def test_pretraining_perplexity_panels_draw_the_unigram_and_uniform_lines(draw, 
     )
     d = deltas(fixed_rate_runs(finetune_metrics), "ppl")
     base = finetune_metrics[finetune_metrics["modification"] == "none"]
-    fixed = draw(
-        plot_fixed_lr, d, base, inflection_table(d, n_bootstrap=10, seed=0), "f", ["png"], reference=ref
-    )
+    fixed = draw(plot_fixed_lr, d, base, inflection_table(d), "f", ["png"], reference=ref)
     tuned = tuned_table(finetune_metrics)
     tuned_fig = draw(plot_tuned, tuned, optimal_lr_table(tuned), "t", ["png"], reference=ref)
 

@@ -74,22 +74,11 @@ def test_deltas_sensitivity_and_inflection_tables():
     sens = sensitivity_table(d).set_index("gamma")
     assert sens.loc[1.0, "spearman_rho"] == pytest.approx(1.0)
     assert bool(sens.loc[4.0, "strictly_increasing"])
-    infl = inflection_table(d, n_bootstrap=200, seed=0).set_index("gamma")
+    infl = inflection_table(d).set_index("gamma")
     expected_4 = inflection_point(BUDGETS, curves[4.0])
     assert infl.loc[4.0, "inflection_budget"] == expected_4
-    assert infl.loc[4.0, "ci_low"] <= expected_4 <= infl.loc[4.0, "ci_high"]
     assert math.isnan(infl.loc[1.0, "inflection_budget"])  # small gamma: still improving
-    assert infl.loc[1.0, "p_no_inflection"] == pytest.approx(1.0)
-
-
-def test_bootstrap_interval_widens_with_seed_disagreement():
-    base = np.array([40.0, 30.0, 24.0, 20.0, 18.0, 17.0])
-    u = base * np.exp(0.1 * np.arange(6) ** 1.5)
-    rows = _rows({2.0: u}, base, seeds=range(6), noise=3.0, rng=np.random.default_rng(1))
-    infl = inflection_table(deltas(rows, "ppl"), n_bootstrap=300, seed=0)
-    quiet = inflection_table(deltas(_rows({2.0: u}, base, seeds=range(6)), "ppl"), n_bootstrap=300, seed=0)
-    assert quiet["ci_low"].iloc[0] == quiet["ci_high"].iloc[0]
-    assert (infl["ci_high"] - infl["ci_low"]).iloc[0] >= 0
+    assert not {"ci_low", "ci_high", "p_no_inflection"} & set(infl.columns)  # no bootstrap over seeds
 
 
 def test_metric_row_rejects_unknown_columns():

@@ -11,7 +11,7 @@ def test_the_inflection_figure_draws_an_interval_only_where_p_u_clears_the_level
     u = deltas(sweep_rows(lambda x: 0.15 * x**2, noise=0.01), "ppl")
     flat = sweep_rows(lambda x: 0.0, noise=0.01, seed=1)
     flat.loc[flat["modification"] == "gaussian", "gamma"] = 2.0
-    table = inflection_table(pd.concat([u, deltas(flat, "ppl")]).dropna(subset=["gamma"]), 10, seed=0)
+    table = inflection_table(pd.concat([u, deltas(flat, "ppl")]).dropna(subset=["gamma"]))
     p_u = table.set_index("gamma")["p_u"]
     assert p_u[6.0] > 0.95 and p_u[2.0] <= 0.95
     drawn = {}

@@ -159,8 +159,8 @@ def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
             {},
         ),  # neither do threads
         (
-            {"analysis.bootstrap": 50},
-            {"analysis": 1, "figures": 1, "finetune_figures": 1},  # Definition 4.2's interval only
+            {"analysis.ci": 0.9},
+            {"analysis": 1, "figures": 1, "finetune_figures": 1},  # the minima's intervals
         ),
         (
             {"finetune.learning_rates": [3.0e-3, 1.0e-3]},
@@ -202,7 +202,7 @@ def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
         "change-lr",
         "logging-only",
         "threads-only",
-        "bootstrap",
+        "interval-level",
         "add-ft-lr",
         "change-ft-lr",
         "ft-steps",
