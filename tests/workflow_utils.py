@@ -37,7 +37,11 @@ def parse_time_imports() -> list[str]:
 
 def in_fresh_process(modules: list[str], expression: str) -> str:
     """`expression` printed by a fresh interpreter after importing `modules` (with `sys` at hand)."""
-    code = "\n".join(["import sys", *(f"import {m}" for m in modules), f"print({expression})"])
+    return run_python("\n".join(["import sys", *(f"import {m}" for m in modules), f"print({expression})"]))
+
+
+def run_python(code: str) -> str:
+    """What a fresh interpreter running `code` in the repository root prints (stripped)."""
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-3000:]
     return res.stdout.strip()
@@ -58,10 +62,7 @@ importlib.import_module({module!r})
 def imports_heavy(module: str) -> bool:
     """Whether importing `module` in a fresh interpreter imports one of HEAVY: the interpreter stops at
     the first such import (a heavy module is not loaded to find that out: ~0.2 s, not ~3 s)."""
-    code = IMPORTS_HEAVY.format(heavy=set(HEAVY), module=module)
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return bool(res.stdout.strip())
+    return bool(run_python(IMPORTS_HEAVY.format(heavy=set(HEAVY), module=module)))
 
 
 def smoke_config(**overrides) -> dict:

@@ -278,11 +278,12 @@ def ushapes(settings: list[tuple[str, pd.DataFrame]], value: str, level: float =
         f"the minimum's interval at {adjusted:.2%}, {sum(selected)} of {tested} tested settings selected "
         "(false coverage-statement rate ≤ 5%, Benjamini & Yekutieli 2005)"
     )
-    out = []
-    for (label, rows), e, chosen in zip(settings, first, selected):
-        wider = ushape(rows, value, label, level, adjusted) if chosen else e
-        out.append(replace(wider, note=f"{wider.note}; {fcr}") if chosen else e)
-    return out
+
+    def printed(label: str, rows: pd.DataFrame) -> Estimate:
+        wider = ushape(rows, value, label, level, adjusted)
+        return replace(wider, note=f"{wider.note}; {fcr}")
+
+    return [printed(*s) if chosen else e for s, e, chosen in zip(settings, first, selected)]
 
 
 def u_note(fit: UShape, level: float = P_U) -> str:

@@ -158,11 +158,11 @@ def plot_inflection(
         if len(established):
             ax.plot(established["gamma"], established["u_min_tokens"], "D", color=color,
                     label=f"{model}: U fit's minimum, 95% interval (P(U) > {level})")  # fmt: skip
-        untested = fitted[~(fitted["p_u"] > level)]
-        if len(untested):
-            ax.plot(untested["gamma"], untested["u_min_tokens"], "D", mfc="none", color=color,
+        not_established = fitted[~(fitted["p_u"] > level)]
+        if len(not_established):
+            ax.plot(not_established["gamma"], not_established["u_min_tokens"], "D", mfc="none", color=color,
                     label=f"{model}: P(U) ≤ {level}: no minimum established")  # fmt: skip
-        for _, r in untested.iterrows():
+        for _, r in not_established.iterrows():
             p_u = "–" if not np.isfinite(r["p_u"]) else f"{r['p_u']:.2f}"
             ax.annotate(f"P(U) {p_u}", (r["gamma"], r["u_min_tokens"]), textcoords="offset points",
                         xytext=(4, 4), fontsize=7, color=color)  # fmt: skip
