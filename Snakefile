@@ -43,9 +43,18 @@ rule all:
 # time, dry run included): hub revisions exist (in the cache when offline) and, on the hub checkpoints
 # not in the cache, every fine-tuning method's LoRA targets and parameter patterns; on a cluster,
 # profile placeholders and GPU requests; an endpoint judge answers. (Snakemake keeps one onstart
-# handler: every such check lives here.)
+# handler: every such check lives here.) Then a local run's warm-start server (config warm_start).
 onstart:
     check_hub_revisions(workflow.dag.needrun_jobs())
     check_hub_methods()
     check_cluster_jobs(workflow.dag.needrun_jobs(), getattr(workflow.executor_plugin, "name", None))
     check_judge(workflow.dag.needrun_jobs())
+    start_warm_server(getattr(workflow.executor_plugin, "name", None))
+
+
+onsuccess:
+    stop_warm_server()
+
+
+onerror:
+    stop_warm_server()

@@ -9,11 +9,16 @@ with save_pretrained, the corpus table and an LM task table of Moby-Dick chapter
 
 The first step is the loop's first log record after an optimizer step ("rank 0 of 1 holds ...",
 pipeline/train/loop.py), read with its timestamp from the job's log; the job is stopped there.
-Each repeat is a fresh process; printed: wall and CPU seconds (CPU: user + system, the steadier
-figure on a shared machine), best and median; `--baseline DIR` runs another tree's job alternately
-(before/after in one run); `--floor` times a fresh interpreter importing only what every job pays
-whatever the pipeline does (Snakemake's preamble, torch, transformers' OLMo-2 model). Last line
-`startup <seconds>`: this tree's best wall time.
+Each repeat is a fresh process, run two ways alternately:
+- warm: as in a local run (config warm_start, the default): the job's process hands the job to a
+  fork of the run's warm-start server, started once before the repeats (its import time is printed:
+  a run pays it once, beside its first jobs);
+- cold: the job in its own process, as on a cluster or with warm_start false.
+Printed: wall and CPU seconds (CPU: user + system, the steadier figure on a shared machine; warm:
+the job's fork's), best and median; `--baseline DIR` runs another tree's job alternately
+(before/after in one run); `--floor` times a fresh interpreter importing only what every cold job
+pays whatever the pipeline does (Snakemake's preamble, torch, transformers' OLMo-2 model). Last
+line `startup <seconds>`: this tree's best wall time, warm.
 
     python bench/bench_startup.py [--repeats 5] [--baseline DIR] [--floor]
 """
@@ -33,6 +38,8 @@ from datetime import datetime
 from pathlib import Path
 
 import yaml
+
+from pipeline import warm_start
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "rules" / "scripts" / "finetune.py"
@@ -136,7 +143,7 @@ def job_script(out: Path, root: Path, record: bytes) -> Path:
         f"import sys; sys.path.extend({[str(root)]!r}); import pickle; "
         f"snakemake = pickle.loads({record!r}); "
         "from snakemake.logging import logger; from snakemake.iocontainers import Snakemake; "
-        f"__file__ = {str(script)!r};\n"
+        f"__real_file__ = __file__; __file__ = {str(script)!r};\n"
     )
     path = out / f"finetune_job_{abs(hash(str(root)))}.py"
     path.write_text(preamble + script.read_text())
@@ -149,12 +156,35 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def first_step(script: Path, root: Path, log: Path, timeout: float = 300.0) -> tuple[float, float]:
+def server_children(server: warm_start.Server) -> list[int]:
+    """The warm server's forks now running (or not yet reaped)."""
+    pid = server.process.pid
+    return [int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def job_pid(proc: subprocess.Popen, server: warm_start.Server | None) -> int:
+    """The process running the job: the job's own, or (warm) the server's fork of it."""
+    if server is None:
+        return proc.pid
+    children = server_children(server)
+    if len(children) != 1:
+        raise RuntimeError(
+            f"the warm server runs {len(children)} jobs, not this one alone; "
+            f"its log:\n{server.log.read_text()}"
+        )
+    return children[0]
+
+
+def first_step(
+    script: Path, root: Path, log: Path, server: warm_start.Server | None = None, timeout: float = 300.0
+) -> tuple[float, float]:
     """(wall, CPU) seconds from starting the job's process to its first optimizer step: wall to the
-    marker's timestamp in the job's log; CPU when the bench sees the marker (polled every 50 ms, so
-    up to ~50 ms of the step after it). The process is stopped there."""
+    marker's timestamp in the job's log; CPU (of the process running the job) when the bench sees
+    the marker (polled every 50 ms, so up to ~50 ms of the step after it). The job is stopped there.
+    With `server`, the job's process hands the job to it."""
     log.unlink(missing_ok=True)
-    env = os.environ | {"PYTHONPATH": str(root)}
+    env = {k: v for k, v in os.environ.items() if k != warm_start.WARM_ENV} | {"PYTHONPATH": str(root)}
+    env |= {warm_start.WARM_ENV: str(server.socket)} if server else {}
     t0 = time.time()
     proc = subprocess.Popen(
         [sys.executable, str(script)],
@@ -168,7 +198,7 @@ def first_step(script: Path, root: Path, log: Path, timeout: float = 300.0) -> t
             text = log.read_text() if log.is_file() else ""
             line = next((x for x in text.splitlines() if MARKER in x), None)
             if line is not None:
-                cpu = cpu_seconds(proc.pid)
+                cpu = cpu_seconds(job_pid(proc, server))
                 stamp = datetime.strptime(" ".join(line.split()[:2]), "%Y-%m-%d %H:%M:%S,%f")
                 return stamp.timestamp() - t0, cpu
             if proc.poll() is not None:
@@ -179,8 +209,10 @@ def first_step(script: Path, root: Path, log: Path, timeout: float = 300.0) -> t
         raise RuntimeError(f"no first step within {timeout} s")
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGKILL)  # (warm: its fork follows it)
             proc.wait()
+        while server and server_children(server):
+            time.sleep(0.05)  # the fork gone and reaped before the next job
 
 
 # what every fine-tuning job imports whatever the pipeline does: Snakemake's preamble, torch and
@@ -225,24 +257,40 @@ def main() -> None:
         out = Path(tmp)
         record = job_record(out)
         scripts = {name: job_script(out, root, record) for name, root in trees.items()}
-        times: dict[str, list[tuple[float, float]]] = {name: [] for name in trees}
+        os.environ["PYTHONPATH"] = str(ROOT)  # the server's environment is its jobs' (first_step)
+        t0 = time.time()
+        server = warm_start.start(out / "logs")
+        if server is None:
+            raise SystemExit(f"warm start cannot run here: {warm_start.available()}")
+        while not server.socket.exists():
+            time.sleep(0.05)
+        print(f"warm-start server ready {time.time() - t0:.2f} s after its start (once per run)", flush=True)
+        # (name, tree, server): this tree warm and cold, the baseline as its tree runs it
+        variants = [("this tree (warm)", ROOT, server), ("this tree (cold)", ROOT, None)]
+        variants += [("baseline", trees["baseline"], None)] if args.baseline else []
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in variants}
         times |= {"floor": []} if args.floor else {}
-        for i in range(args.repeats):
-            for name, root in trees.items():
-                times[name].append(first_step(scripts[name], root, out / "job.log"))
-                wall, cpu = times[name][-1]
-                print(f"run {i + 1} {name}: {wall:.2f} s wall, {cpu:.2f} s CPU to the first step", flush=True)
-            if args.floor:
-                times["floor"].append(floor_seconds())
-                wall, cpu = times["floor"][-1]
-                print(f"run {i + 1} floor: {wall:.2f} s wall, {cpu:.2f} s CPU (imports only)", flush=True)
+        try:
+            for i in range(args.repeats):
+                for name, root, warm in variants:
+                    script = scripts["baseline" if name == "baseline" else "this tree"]
+                    times[name].append(first_step(script, root, out / "job.log", warm))
+                    wall, cpu = times[name][-1]
+                    line = f"run {i + 1} {name}: {wall:.2f} s wall, {cpu:.2f} s CPU to the first step"
+                    print(line, flush=True)
+                if args.floor:
+                    times["floor"].append(floor_seconds())
+                    wall, cpu = times["floor"][-1]
+                    print(f"run {i + 1} floor: {wall:.2f} s wall, {cpu:.2f} s CPU (imports only)", flush=True)
+        finally:
+            warm_start.stop(server)
     for name, runs in times.items():
         walls, cpus = [w for w, _ in runs], [c for _, c in runs]
         print(
             f"{name}: wall best {min(walls):.2f} s, median {statistics.median(walls):.2f} s; "
             f"CPU best {min(cpus):.2f} s, median {statistics.median(cpus):.2f} s ({len(runs)} processes)"
         )
-    print(f"startup {min(w for w, _ in times['this tree']):.2f}")
+    print(f"startup {min(w for w, _ in times['this tree (warm)']):.2f}")
 
 
 if __name__ == "__main__":

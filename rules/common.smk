@@ -8,7 +8,7 @@ from pipeline.data.shard_tokenize import HUB
 from pipeline.data.tasks import TASK_NAMES
 from pipeline.data.token_shards import shard_set
 from pipeline.multimodal.config import VLM_TASKS
-from pipeline import layout
+from pipeline import layout, warm_start
 from pipeline.workflow import cluster, multimodal, pretrain_sweep, priority, targets
 from pipeline.workflow.config import (
     alpaca_eval_config,
@@ -270,6 +270,21 @@ def alpaca_eval_resources():
 
 def check_judge(jobs):
     cluster.check_judge_jobs(jobs, alpaca_eval_config(config).judge)
+
+
+# the warm-start server of this run (config warm_start; pipeline/warm_start.py): at most one
+WARM_SERVER = []
+
+
+def start_warm_server(executor):
+    """A local run's jobs start in forks of one process that has imported the libraries."""
+    if config["warm_start"] and executor == "local":
+        WARM_SERVER.append(warm_start.start(Path(".snakemake", "log")))
+
+
+def stop_warm_server():
+    while WARM_SERVER:
+        warm_start.stop(WARM_SERVER.pop())
 
 
 def ntk_task_tables(wildcards):

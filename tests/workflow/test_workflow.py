@@ -109,11 +109,13 @@ def test_smoke_study_outputs(smoke_run):
 
 
 def test_same_config_gives_the_same_numbers(smoke_run, tmp_path):
-    """Rerun the perturbation of one checkpoint from scratch (cache cleared): identical values."""
+    """Rerun the perturbation of one checkpoint from scratch (cache cleared), each job in its own
+    process this time (the smoke study's ran in forks of the warm-start server): identical values."""
     out, cfg_path = smoke_run
     before = pd.read_parquet(out / "perturb" / "tiny-65536-s0.parquet")
     shutil.rmtree(out / "perturb" / ".cells" / "tiny-65536-s0")
-    res = snakemake(cfg_path, "--cores", "1", "--forcerun", "evaluate", "--until", "evaluate")
+    cold = ("--config", "warm_start=False")
+    res = snakemake(cfg_path, "--cores", "1", "--forcerun", "evaluate", "--until", "evaluate", *cold)
     assert res.returncode == 0, res.stderr[-3000:]
     after = pd.read_parquet(out / "perturb" / "tiny-65536-s0.parquet")
     pd.testing.assert_frame_equal(before, after)
