@@ -192,3 +192,25 @@ def test_the_job_ends_as_an_interpreter_does_threads_joined_and_files_closed(ser
     assert done.returncode == 0 and fields(done)[2] == "True", done.stderr
     assert (tmp_path / "thread.txt").read_text() == "written"
     assert (tmp_path / "unclosed.txt").read_text() == "flushed"
+
+
+def test_the_fork_runs_at_the_jobs_thread_count_not_the_servers(tmp_path):
+    """Snakemake sets OMP_NUM_THREADS (and the BLAS counts) to the rule's threads in each job's
+    environment; the server read its own when it loaded numpy's BLAS: the fork applies the job's."""
+    server = warm_start.start(tmp_path / "logs", ("fractions", "numpy", "threadpoolctl"))
+    try:
+        while not server.socket.exists():
+            time.sleep(0.05)
+        body = textwrap.dedent(
+            """
+            from threadpoolctl import threadpool_info
+            print("blas", sorted({pool["num_threads"] for pool in threadpool_info()}), flush=True)
+            """
+        )
+        env = server_env(server) | {warm_start.WARM_ENV: str(server.socket), "OMP_NUM_THREADS": "1"}
+        env |= {"OPENBLAS_NUM_THREADS": "1"}
+        done = run_job(job_script(tmp_path, body), env, cwd=tmp_path)
+        assert done.returncode == 0 and fields(done)[2] == "True", done.stderr
+        assert "blas [1]" in done.stdout, done.stdout
+    finally:
+        warm_start.stop(server)
