@@ -27,9 +27,10 @@ def parse_time_imports() -> list[str]:
     sources = [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))]
     found = {m for f in sources for m in re.findall(r"^(?:from|import) ([\w.]+)", f.read_text(), re.M)}
     found |= {
-        f"pipeline.{m}"
+        f"pipeline.{m.strip()}"
         for f in sources
-        for m in re.findall(r"^from pipeline import (\w+)$", f.read_text(), re.M)
+        for names in re.findall(r"^from pipeline import ([\w, ]+)$", f.read_text(), re.M)
+        for m in names.split(",")
     }
     workflow = {f"pipeline.workflow.{p.stem}" for p in (ROOT / "pipeline" / "workflow").glob("[!_]*.py")}
     return sorted(found | workflow)
