@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import selectors
 import signal
 import socket
 import struct
@@ -37,6 +38,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
+
+from pipeline.runtime import INTERRUPTED_EXIT
 
 if TYPE_CHECKING:
     import subprocess
@@ -210,7 +213,6 @@ def serve(path: Path, parent: int, preload: tuple[str, ...] = PRELOAD) -> None:
     """
     import gc
     import importlib
-    import selectors
 
     before = {k: v for k, v in os.environ.items() if k not in PER_JOB_ENV}  # what the jobs' must match
     for name in preload:
@@ -261,8 +263,6 @@ def serve(path: Path, parent: int, preload: tuple[str, ...] = PRELOAD) -> None:
 
 def _accept(listener: socket.socket, selector, children: dict, env: dict, added: dict) -> None:
     """Take one job: fork its child, or tell its process to run it itself."""
-    import selectors
-
     conn, _ = listener.accept()
     fds: list[int] = []
     pid = None
@@ -395,14 +395,17 @@ def _run_child(conn: socket.socket, selector, fds: list[int], request: dict):
         sys.modules["__main__"] = main
         exec(compile(Path(script).read_bytes(), script, "exec"), main.__dict__)
         code = 0
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-        if stop.code is not None and not isinstance(stop.code, int):
+    except SystemExit as stop:  # as the interpreter reads sys.exit's argument
+        if stop.code is None or isinstance(stop.code, int):
+            code = stop.code or 0
+        else:
             print(stop.code, file=sys.stderr)
+            code = 1
     except BaseException:
         sys.excepthook(*sys.exc_info())  # the job's own hook (pipeline/runtime.py) where it set one
-        code = 130 if isinstance(sys.exc_info()[1], KeyboardInterrupt) else 1
+        code = INTERRUPTED_EXIT if isinstance(sys.exc_info()[1], KeyboardInterrupt) else 1
     finally:
+        code &= 0xFF  # what the operating system keeps of an exit status
         try:
             threading._shutdown()  # as the interpreter's own exit: threads, then exit functions
         except BaseException:
@@ -413,9 +416,9 @@ def _run_child(conn: socket.socket, selector, fds: list[int], request: dict):
             gc.collect()
             sys.stdout.flush()
             sys.stderr.flush()
-            _send(conn, {"exit": code & 0xFF})  # the job's process has its status even if the server is gone
+            _send(conn, {"exit": code})  # the job's process has its status even if the server is gone
         finally:
-            os._exit(code & 0xFF)
+            os._exit(code)
 
 
 def _apply_threads(threads: str | None) -> None:
