@@ -241,6 +241,12 @@ def set_threads(threads: int | None) -> int:
     return torch.get_num_threads()
 
 
+def set_tokenizer_threads(threads: int) -> None:
+    """The Rust tokenizers' thread pool (rayon) at the rule's `threads`, not every core: read at the
+    pool's first use, so call this before the first batch is encoded."""
+    os.environ["RAYON_NUM_THREADS"] = str(max(1, threads))
+
+
 T = TypeVar("T")
 R = TypeVar("R")
 

@@ -1,4 +1,7 @@
-# Data: the pre-training corpus (split by document), its tokenizer, and training tokens.
+# Data: the pre-training corpus (split by document), its tokenizer, and training tokens. Their jobs
+# come first (priority.DATA): every budget is made from them. The tokenizer's jobs run on the job's
+# threads (pipeline.runtime.set_tokenizer_threads), one: on 2 cores a 2-thread job waited for a
+# 1-thread theory job to end, one core idle (docs/benchmarks.md, "make study").
 
 
 rule corpus:
@@ -10,6 +13,7 @@ rule corpus:
         study_path("logs/corpus.log"),
     benchmark:
         study_path("benchmarks/corpus.tsv")
+    priority: priority.DATA
     conda:
         "../envs/overtrain.yaml"
     threads: 1
@@ -31,9 +35,10 @@ rule tokenizer:
         study_path("logs/tokenizer.log"),
     benchmark:
         study_path("benchmarks/tokenizer.tsv")
+    priority: priority.DATA
     conda:
         "../envs/overtrain.yaml"
-    threads: 2
+    threads: 1
     resources:
         **fixed_resources(4000, 30),
     params:
@@ -54,9 +59,10 @@ rule tokenize_train:
         study_path("logs/tokenize_train.log"),
     benchmark:
         study_path("benchmarks/tokenize_train.tsv")
+    priority: priority.DATA
     conda:
         "../envs/overtrain.yaml"
-    threads: 2
+    threads: 1
     resources:
         **fixed_resources(4000, 30),
     params:
@@ -78,6 +84,7 @@ rule tokenize_shard:
         study_path("logs/tokenize_shard/{shard}.log"),
     benchmark:
         study_path("benchmarks/tokenize_shard/{shard}.tsv")
+    priority: priority.DATA
     conda:
         "../envs/overtrain.yaml"
     threads: 1

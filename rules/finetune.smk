@@ -13,6 +13,7 @@ rule task_data:
         study_path("logs/tasks/{task}.log"),
     benchmark:
         study_path("benchmarks/tasks/{task}.tsv")
+    priority: priority.DATA
     conda:
         "../envs/overtrain.yaml"
     threads: 1

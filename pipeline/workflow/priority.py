@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 # a budget's series: the (model, pre-training seed) whose sweep it belongs to
 Series = tuple[str, int | None]
 FIRST = 1_000_000  # above every budget's priority: the study's plan, which a partial sweep needs
+# the data every budget is made from (corpus, task tables, tokenizer, training tokens): on its chain
+# before the jobs that need none of it (theory), so no core waits on it
+DATA = FIRST - 1
 
 
 def coarse_to_fine(n: int) -> list[int]:

@@ -2,15 +2,14 @@
 and its record, streamed in batches of documents (pipeline/data/shard_tokenize.py)."""
 
 import logging
-import os
 import time
 
-from pipeline.runtime import setup_logging
+from pipeline.data.shard_tokenize import local_text_file, tokenize_file
+from pipeline.data.tokenizer import EOS
+from pipeline.runtime import set_tokenizer_threads, setup_logging
 
 setup_logging(snakemake.log[0])
-os.environ["RAYON_NUM_THREADS"] = str(snakemake.threads)  # the tokenizer's threads: the job's
-from pipeline.data.shard_tokenize import local_text_file, tokenize_file  # noqa: E402 (after the thread count)
-from pipeline.data.tokenizer import EOS  # noqa: E402
+set_tokenizer_threads(snakemake.threads)
 
 source = local_text_file(snakemake.params.source)  # a hub dataset's file: from the hub cache
 start = time.perf_counter()

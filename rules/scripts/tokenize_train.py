@@ -10,9 +10,10 @@ from pipeline.data.corpus import SOURCE_KINDS
 from pipeline.data.manifest import corpus_manifest
 from pipeline.data.tokenizer import as_hf_tokenizer, encode_documents, pack_documents
 from pipeline.io import atomic_path, write_json, write_parquet
-from pipeline.runtime import setup_logging
+from pipeline.runtime import set_tokenizer_threads, setup_logging
 
 setup_logging(snakemake.log[0])
+set_tokenizer_threads(snakemake.threads)
 corpus = pd.read_parquet(snakemake.input.corpus)
 tokenizer = as_hf_tokenizer(snakemake.input.tokenizer)
 ids = encode_documents(tokenizer, corpus["text"].tolist())

@@ -9,9 +9,10 @@ from pipeline.data.encode import read_task
 from pipeline.data.task_items import item_text
 from pipeline.data.tokenizer import study_tokenizer
 from pipeline.io import atomic_path
-from pipeline.runtime import setup_logging
+from pipeline.runtime import set_tokenizer_threads, setup_logging
 
 setup_logging(snakemake.log[0])
+set_tokenizer_threads(snakemake.threads)
 corpus = pd.read_parquet(snakemake.input.corpus)
 tasks = [read_task(Path(p).stem, p) for p in snakemake.input.tasks]
 tok = study_tokenizer(
