@@ -89,7 +89,7 @@ def encode_leading(
     """Token ids of the leading documents, up to the first whose tokens take the count past
     `max_tokens` (all of them if None or never): `select_documents` picks the same documents from
     these as from the whole split. Tokenized in doubling batches, not all: a held-out split is often
-    several times `max_tokens` (the default study's, 3.7x), and every job evaluating on it paid that."""
+    several times `max_tokens` (the default study's, 5.2x), and every job evaluating on it paid that."""
     if max_tokens is None:
         return encode_documents(tokenizer, texts)
     docs: list[list[int]] = []

@@ -10,6 +10,7 @@ import pytest
 from workflow_utils import smoke_config, snakemake, write_config
 
 from pipeline.models.checkpoints import CheckpointSpec, sweep_checkpoints
+from pipeline.workflow import priority
 from pipeline.workflow.priority import budget_priorities, coarse_to_fine, job_priority
 
 
@@ -67,10 +68,16 @@ def test_the_smoke_study_plans_its_jobs_coarse_to_fine(tmp_path):
     jobs = re.findall(r"rule (\w+):\n(?:    .*\n)*?    wildcards: (.*)\n    priority: (\d+)", res.stdout)
     seen = {}
     for rule, wildcards, prio in jobs:
-        budget = re.search(r"(?:budget=|tiny-)(\d+)", wildcards).group(1)
-        seen.setdefault(int(budget), set()).add((rule, int(prio)))
+        budget = re.search(r"(?:budget=|tiny-)(\d+)", wildcards)
+        if budget:  # a job on one budget (task tables are on none)
+            seen.setdefault(int(budget.group(1)), set()).add((rule, int(prio)))
     expected = {262144: 3, 16384: 2, 65536: 1}
     for budget, prio in expected.items():
         rules = {rule for rule, p in seen[budget]}
         assert {"pretrain", "evaluate", "finetune", "curvature", "ntk"} <= rules, rules
         assert {p for _, p in seen[budget]} == {prio}
+    # the data every budget is made from comes before any budget's job
+    data_rules = r"rule (corpus|task_data|tokenizer|tokenize_train):\n(?:    .*\n)*?    priority: (\d+)"
+    data = re.findall(data_rules, res.stdout)
+    assert {rule for rule, _ in data} == {"corpus", "task_data", "tokenizer", "tokenize_train"}, data
+    assert {int(p) for _, p in data} == {priority.DATA} and priority.DATA > max(expected.values())
