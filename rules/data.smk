@@ -1,7 +1,7 @@
 # Data: the pre-training corpus (split by document), its tokenizer, and training tokens. Their jobs
-# come first (priority.DATA): every budget is made from them. The tokenizer's jobs run on the job's
-# threads (pipeline.runtime.set_tokenizer_threads), one: on 2 cores a 2-thread job waited for a
-# 1-thread theory job to end, one core idle (docs/benchmarks.md, "make study").
+# come first (priority.DATA): every budget is made from them. The tokenizer's jobs run on one thread
+# (its Rust pool sized by pipeline.runtime.set_tokenizer_threads): on 2 cores a 2-thread job waited
+# for a 1-thread theory job to end, one core idle (docs/benchmarks.md, "make study").
 
 
 rule corpus:

@@ -15,8 +15,7 @@ import torch
 from pipeline.curvature.hessian import sharpness
 from pipeline.curvature.lines import finetune_direction, line_rows, prepare, token_loss, trainable
 from pipeline.data.batches import IGNORE_INDEX
-from pipeline.data.heldout import EvalSet, build_eval_set, split_texts
-from pipeline.data.tokenizer import encode_documents
+from pipeline.data.heldout import EvalSet, build_eval_set, encode_leading, split_texts
 from pipeline.models.loading import load_checkpoint
 from pipeline.sweeps.noise import gaussian_direction
 from pipeline.tables import metric_row
@@ -47,9 +46,7 @@ def curvature_eval_set(
     texts = split_texts(corpus_path, eval_cfg["split"])
     if not texts:
         raise ValueError(f"eval.split: the corpus has no documents in split {eval_cfg['split']!r}")
-    docs: list[list[int]] = []
-    while len(docs) < len(texts) and sum(map(len, docs)) < cfg.max_tokens:
-        docs += encode_documents(tokenizer, [texts[len(docs)]])
+    docs = encode_leading(tokenizer, texts, cfg.max_tokens - 1)  # up to the first reaching max_tokens
     prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     data = build_eval_set(docs, texts[: len(docs)], prefix, max_len, tokenizer.pad_token_id)
     counts = (data.labels != IGNORE_INDEX).sum(1).cumsum(0)
