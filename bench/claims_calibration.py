@@ -26,10 +26,14 @@ the intervals the claims print (P(U) clears its level and the interval is bounde
 selection by the U test, which falls where the test has little power, since the sweeps that pass are
 those whose noise steepened the rise) and the rate of a false "contradicted" (evidence.u_verdict, the
 claims' whole rule), and the false coverage-statement rate (Benjamini & Yekutieli 2005: per sweep,
-printed and missing; what the claims' printed intervals control). A claim's family (one
+printed and missing; what the claims' printed intervals control). In the sd x3 U scenarios, also over
+every supported sweep: the coverage and bounded share of the registered interval and of the one
+given that the test passed (`u_shape(..., selected_at=P_U)`: the selective t), an open side counted
+as it is. A claim's family (one
 low-powered U among flat settings, each tested at the Bonferroni level) shows that rate with the
 selected intervals at `evidence.fcr_level` and at 95%. Then the minimum interval's coverage range
 at other smoothness bounds r (`--curvature-rates`; registered r = 1). The last lines read
+`selective_coverage_min <s> selective_bounded_max <b> registered_bounded_min <r>`,
 `printed_coverage_min <x> printed_coverage_max <y> fcr_max <f>` and
 `coverage_min <x> coverage_max <y> false_max <z>` over every coverage, every null scenario's false
 "supported" and every U truth's false "contradicted".
@@ -234,22 +238,39 @@ def rank_row(rng, pairs: int, rho: float, n: int) -> dict:
 
 
 def u_row(
-    rng, d: Design, name: str, f, xstar: float | None, run_sd: float, hetero: bool, n: int, r: float = 1.0
+    rng,
+    d: Design,
+    name: str,
+    f,
+    xstar: float | None,
+    run_sd: float,
+    hetero: bool,
+    n: int,
+    r: float = 1.0,
+    selective: bool = False,
 ) -> dict:
     """A U claim's registered verdict on the runs (evidence.u_verdict): for a truth without an interior
     minimum, the rate of a false "supported"; for a U, the power, the rate of a false "contradicted",
     the coverage of the minimum's interval over every sweep where it is bounded (the interval
     procedure's own coverage) and, apart, where the claims print it (supported and bounded: coverage
-    after selection by the U test)."""
+    after selection by the U test). `selective`: also, over the supported sweeps, the coverage of the
+    registered interval and of the selective one (conditioned on the test: inflection.py's
+    `selected_at`), each counting an open side as it is, and the share of each that is bounded."""
     x = d.budgets
     cubes = simulate(rng, d, f(x), run_sd, hetero, TAU, n)
     found = contradicted = 0
     bounded, printed = [0, 0], [0, 0]  # [intervals, covering ones]
+    given = np.zeros((2, 2))  # supported sweeps: [registered, selective] x [covering, bounded]
     truth = None if xstar is None else float(d.tokens[0] * 2 ** (xstar * (x[-1] - x[0])))
     for cube in cubes:
-        fit, verdict = u_verdict(d.tokens, run_means(cube), P_U, curvature_rate=r)
+        runs = run_means(cube)
+        fit, verdict = u_verdict(d.tokens, runs, P_U, curvature_rate=r)
         contradicted += verdict == CONTRADICTED
         found += verdict == SUPPORTED
+        if truth is not None and selective and verdict == SUPPORTED:
+            conditioned = u_runs(d.tokens, runs, curvature_rate=r, selected_at=P_U)
+            for i, ft in enumerate((fit, conditioned)):
+                given[i] += (ft.min_low <= truth <= ft.min_high, ft.bounded)
         if truth is None or not fit.bounded:
             continue
         hit = fit.min_low <= truth <= fit.min_high
@@ -257,11 +278,13 @@ def u_row(
         if verdict == SUPPORTED:
             printed[0], printed[1] = printed[0] + 1, printed[1] + hit
     coverage = bounded[1] / bounded[0] if bounded[0] >= MIN_PRINTED else math.nan
+    given = given / found if selective and found >= MIN_PRINTED else np.full((2, 2), math.nan)
     extra = {
         "printed": printed[0],
         "fcr": (printed[0] - printed[1]) / n if xstar is not None else math.nan,
         "printed_coverage": printed[1] / printed[0] if printed[0] >= MIN_PRINTED else math.nan,
         "contradicted": contradicted / n if xstar is not None else math.nan,
+        "given": given,
     }
     return row("U claim", name, coverage, found / n, null=xstar is None) | extra
 
@@ -335,7 +358,8 @@ def main() -> None:
                 rows.append(u_row(rng, d, f"{tag}: {name}", f, None, run_sd, hetero, args.u_sweeps))
             for label, shape in U_SHAPES.items():
                 f, xs = u_curve(*shape)
-                rows.append(u_row(rng, d, f"{tag}: {label}", f, xs, run_sd, hetero, args.u_sweeps))
+                name = f"{tag}: {label}"
+                rows.append(u_row(rng, d, name, f, xs, run_sd, hetero, args.u_sweeps, selective=hetero))
         for name, f in nulls[:2]:  # low noise: the least favourable drop-then-flat curve is sharpest
             rows.append(u_row(rng, d, f"{dname}, run sd 0.01: {name}", f, None, 0.01, False, args.u_sweeps))
     for dname in ("pilot 3x7", "evidence 7x4"):  # the least powered U: where selection bites hardest
@@ -352,6 +376,12 @@ def main() -> None:
             extra = (
                 f"  (printed in {r['printed']}, covering {pc}, FCR {r['fcr']:.3f}; "
                 f"false contradicted {r['contradicted']:.3f})"
+            )
+        if np.isfinite(r.get("given", np.nan)).all():
+            (reg_cov, reg_b), (sel_cov, sel_b) = r["given"]
+            extra += (
+                f"\n{'':<18} given supported: registered covers {reg_cov:.3f} (bounded {reg_b:.2f}), "
+                f"selective covers {sel_cov:.3f} (bounded {sel_b:.2f})"
             )
         if r["stat"] == "U family":
             extra = f"  (FCR {r['fcr']:.3f} at fcr_level; {r['fcr_95']:.3f} with 95% intervals)"
@@ -371,6 +401,10 @@ def main() -> None:
     printed = [r["printed_coverage"] for r in rows if math.isfinite(r.get("printed_coverage", math.nan))]
     print(f"{len(rows)} scenarios in {time.perf_counter() - t0:.0f} s")
     fcr = [r["fcr"] for r in rows if math.isfinite(r.get("fcr", math.nan))]
+    given = np.array([r["given"] for r in rows if np.isfinite(r.get("given", np.nan)).all()])
+    print(f"selective_coverage_min {given[:, 1, 0].min():.3f} "
+          f"selective_bounded_max {given[:, 1, 1].max():.2f} "
+          f"registered_bounded_min {given[:, 0, 1].min():.2f}")  # fmt: skip
     print(f"printed_coverage_min {min(printed):.3f} printed_coverage_max {max(printed):.3f} "
           f"fcr_max {max(fcr):.3f}")  # fmt: skip
     print(f"coverage_min {min(cov):.3f} coverage_max {max(cov):.3f} false_max {max(false):.3f}")

@@ -86,7 +86,8 @@ U_STAT = (
     "perplexity against log tokens over the runs (each run's inner seeds averaged), the pre-training "
     "seeds as paired units (not computed with one seed), with the minimum's location and its "
     "interval where P(U) clears the level: 95%, or 1 − 0.05·R/m where R of a claim's m settings clear "
-    "it (false coverage-statement rate ≤ 5%, Benjamini & Yekutieli 2005)"
+    "it (false coverage-statement rate ≤ 5%, Benjamini & Yekutieli 2005), and the 95% interval given "
+    "that the test passed (selective t, Fithian, Sun & Taylor 2014)"
 )
 U_RULE = (
     "supported if P(U) > {level}; contradicted if the curve reliably falls at its largest budgets (the "

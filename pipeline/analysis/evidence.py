@@ -176,14 +176,19 @@ def trend(rows: pd.DataFrame, value: str, label: str, sign: int, branches: bool 
 
 
 def u_runs(
-    budgets: np.ndarray, runs: np.ndarray, level: float = LEVEL, curvature_rate: float = 1.0
+    budgets: np.ndarray,
+    runs: np.ndarray,
+    level: float = LEVEL,
+    curvature_rate: float = 1.0,
+    selected_at: float | None = None,
 ) -> UShape:
     """The U-shape detector on runs (pre-training seeds x budgets, already on the analysed scale), the
     seeds as paired units; `curvature_rate` is the minimum interval's smoothness bound (inflection.py:
-    1, registered; other values only for bench/claims_calibration.py's sensitivity check)."""
+    1, registered; other values only for bench/claims_calibration.py's sensitivity check);
+    `selected_at`: the minimum's interval given that the test cleared that level (inflection.py)."""
     tokens = np.repeat(np.asarray(budgets, float)[None, :], len(runs), axis=0)
     unit = np.repeat(np.arange(len(runs))[:, None], runs.shape[1], axis=1)
-    return u_shape(tokens.ravel(), runs.ravel(), unit.ravel(), level, curvature_rate)
+    return u_shape(tokens.ravel(), runs.ravel(), unit.ravel(), level, curvature_rate, selected_at)
 
 
 def u_fit(rows: pd.DataFrame, value: str) -> tuple[np.ndarray, np.ndarray, str]:
@@ -243,6 +248,10 @@ def ushape(
     fit, verdict = u_verdict(budgets, runs, level, interval_level)
     if verdict == NOT_COMPUTED:
         return not_computed(label, n, fit.reason)
+    note = u_note(fit, level)
+    if verdict == SUPPORTED:
+        conditioned = u_runs(budgets, runs, selected_at=level)
+        note += f"; given that the test passed (selective {LEVEL:.0%}): {_interval(conditioned)}"
     return Estimate(
         label,
         float(fit.p_u),
@@ -250,7 +259,7 @@ def ushape(
         math.nan,
         n,
         verdict,
-        u_note(fit, level),
+        note,
         detectable=detectable_rise(fit, level, POWER),
         pretraining_variance=True,
     )
@@ -293,14 +302,19 @@ def u_note(fit: UShape, level: float = P_U) -> str:
     note = f"P(U) = {fit.p_u:.3f}"
     if fit.p_u > level and math.isfinite(fit.min_tokens):
         note += f"; minimum at {_tokens(fit.min_tokens)}"
-        low, high = fit.min_low, fit.min_high
-        if low > 0 and math.isfinite(high):
-            note += f" ({_tokens(low)} to {_tokens(high)})"
-        elif math.isfinite(high):
-            note += f" (≤ {_tokens(high)})"
-        elif low > 0:
-            note += f" (≥ {_tokens(low)})"
+        if fit.min_low > 0 or math.isfinite(fit.min_high):
+            note += f" ({_interval(fit)})"
     return note
+
+
+def _interval(fit: UShape) -> str:
+    """The minimum's interval in tokens, an open side as ≤ / ≥."""
+    low, high = fit.min_low, fit.min_high
+    if low > 0 and math.isfinite(high):
+        return f"{_tokens(low)} to {_tokens(high)}"
+    if math.isfinite(high):
+        return f"≤ {_tokens(high)}"
+    return f"≥ {_tokens(low)}" if low > 0 else "anywhere in or beyond the grid"
 
 
 def spearman_interval(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:

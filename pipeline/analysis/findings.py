@@ -97,8 +97,9 @@ def verdict_text(f: Finding, coverage: str = "") -> str:
 
 def budget_coverage(claim: Claim, tables: StudyTables) -> str:
     """The text "n of N budgets" when the claim's tables hold n < N of the N budgets its study
-    planned (a partial sweep: a budget counts once every table of the claim has a row of it); ""
-    for a whole sweep, or a study without a plan (data/sweep_plan.parquet)."""
+    planned (a partial sweep: a budget counts once every table of the claim has a row of it; a
+    table whose budgets are not in tokens, the theory track's, does not count); "" for a whole
+    sweep, or a study without a plan (data/sweep_plan.parquet)."""
     plan = tables.root / layout.SWEEP_PLAN
     if not plan.is_file():
         return ""
@@ -106,6 +107,10 @@ def budget_coverage(claim: Claim, tables: StudyTables) -> str:
     held = set(planned)
     for rel in (t for t in claim.tables if t.endswith(".parquet")):  # not the VLM data's JSON
         if tables.has(rel) and "budget" in (table := tables.table(rel)).columns:
+            if "budget_unit" in table.columns:  # the theory track counts features, not tokens
+                table = table[table["budget_unit"] == "tokens"]
+                if table.empty:
+                    continue
             held &= set(table["budget"].dropna())
     return f"{len(held)} of {len(planned)} budgets" if len(held) < len(planned) else ""
 
@@ -221,7 +226,9 @@ INTRO = (
     "(stable across machines) or rests on one pre-training seed (may flip on another machine). "
     "A U's minimum is printed only where its test clears the level, with an interval widened for "
     "that selection over its claim's settings (false coverage-statement rate ≤ 5%, Benjamini & "
-    "Yekutieli 2005). bench/claims_calibration.py shows each interval's coverage by simulation. "
+    "Yekutieli 2005), and beside it the interval given that the test passed (95% coverage given "
+    "selection: Fithian, Sun & Taylor 2014; often open on one side). "
+    "bench/claims_calibration.py shows each interval's coverage by simulation. "
     "The toy's confounds "
     "are named with each claim; none of this is worded more strongly than its interval. Rendered "
     "from the studies' tables in docs/reference/."

@@ -99,6 +99,9 @@ def test_a_family_prints_its_selected_minima_at_the_false_coverage_statement_lev
     assert [e.verdict == SUPPORTED for e in found] == [True, False, False, False]
     assert fcr_level(1, 4) == pytest.approx(0.9875) and "1 of 4 tested settings selected" in found[0].note
     assert "98.75%" in found[0].note and found[1:] == [ushape(f, "value", n) for n, f in family[1:]]
+    # beside it, the interval given that the test passed (coverage given selection, not a share)
+    assert "given that the test passed (selective 95%)" in found[0].note
+    assert all("selective" not in e.note for e in found[1:])
     budgets, runs, _ = u_fit(u, "value")
     narrow, wide = u_runs(budgets, runs), u_runs(budgets, runs, fcr_level(1, 4))
     assert wide.min_low <= narrow.min_low <= narrow.min_high <= wide.min_high

@@ -86,3 +86,17 @@ def test_make_docs_aggregates_the_finished_jobs_of_a_study_without_metrics(sweep
     assert (partial["config_hash"] == "partial").all()
     _, coverage = findings.findings_for(CLAIMS_OF_STUDY, ref)
     assert coverage["gaussian-sensitivity"] == f"{len(first)} of {len(budgets)} budgets"
+
+
+def test_the_theory_track_is_not_counted_against_the_planned_token_budgets(tmp_path):
+    """The theory track's budgets count features (budget_unit feature_index), not tokens: a study's
+    plan of token budgets says nothing about them, so its claims render without an "n of N"."""
+    source, ref = findings.REFERENCE / "default", tmp_path / "reference" / "default"
+    theory = [c for c in CLAIMS if c.study == "default" and c.tables == (layout.THEORY_METRICS,)]
+    assert theory
+    table = pd.read_parquet(source / layout.THEORY_METRICS)
+    assert set(table["budget_unit"].dropna()) == {"feature_index"}
+    write(ref / layout.THEORY_METRICS, table)
+    write(ref / layout.SWEEP_PLAN, plan([5e5, 1e6, 2e6, 4e6]))
+    found, coverage = findings.findings_for(theory, ref.parent)
+    assert coverage == {} and all(f.verdict != "not computed" for f in found)
