@@ -279,9 +279,15 @@ def _max_rise_null(V_key: tuple[float, ...], K: int, df: int) -> np.ndarray:
 
 
 def _null(V: np.ndarray, df: int) -> np.ndarray:
-    """`_max_rise_null` of V, keyed so that designs of the same shape share one simulation."""
-    key = tuple(np.round(V / np.mean(np.diag(V)), 2).ravel())
-    return _max_rise_null(key, len(V), df)
+    """`_max_rise_null` of V, keyed so that designs of the same shape share one simulation: V / its
+    mean diagonal to 2 decimals, or finer where that rounds a pair's variance to 0 (a fitted variance
+    function can make some budgets' effects 100x more precise than others')."""
+    j, k = np.triu_indices(len(V), 1)
+    for digits in (2, 4, 6, 8):
+        key = np.round(V / np.mean(np.diag(V)), digits)
+        if (key[j, j] + key[k, k] - 2 * key[j, k] > 0).all():
+            break
+    return _max_rise_null(tuple(key.ravel()), len(V), df)
 
 
 def _pairwise_test(eff: np.ndarray, V: np.ndarray, s2: float, df: int, x: np.ndarray) -> dict:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pipeline.analysis.inflection import _log_t_mass, u_shape
+from pipeline.analysis.inflection import _log_t_mass, _null, u_shape
 
 X4 = np.arange(4.0)  # log2(tokens / 1M): 1, 2, 4, 8 M tokens
 X7 = np.arange(7) / 2  # sqrt(2) apart
@@ -188,3 +188,11 @@ def test_the_truncated_t_mass_is_accurate_in_both_tails():
     )
     far = _log_t_mass(np.array([40.0, -41.0]), np.array([41.0, -40.0]), 11)
     assert np.isfinite(far).all() and far[0] == pytest.approx(far[1]) and far[0] < -30
+
+
+def test_the_null_law_survives_budgets_100x_more_precise_than_others():
+    """V / its mean diagonal to 2 decimals rounds these budgets' variances to 0: the key is refined."""
+    V = np.diag([1e-4, 1e-4, 1.0, 1.0])
+    null = _null(V, 10)
+    assert np.isfinite(null).all()
+    assert np.array_equal(_null(np.eye(4), 10), _null(2 * np.eye(4), 10))  # one simulation per shape
